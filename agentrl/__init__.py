@@ -1,0 +1,1 @@
+"""agentrl: train tool-using LLM agents with RLVR and GRPO."""

@@ -1,0 +1,42 @@
+"""The generation-engine protocol: token ids in, sampled token ids + log-probs out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one batch of continuations."""
+
+    max_new_tokens: int = 256  # per call (one model turn)
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    stop_token_ids: list[int] = field(default_factory=list)  # row stops after sampling one
+    stop_strings: list[str] = field(default_factory=list)  # row stops once its text ends with one
+    seed: int | None = None  # None: continue the engine's own generator
+
+
+@dataclass
+class Generation:
+    """One row's sampled continuation.
+
+    ``token_ids`` and ``logprobs`` have the same length; ``logprobs[i]`` is the log-prob of
+    ``token_ids[i]`` under the sampling distribution (temperature applied; greedy gives the
+    temperature-1 log-prob). A stop token, when hit, is the last element of ``token_ids``.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (stop token or string) or "length" (max_new_tokens)
+
+
+class Engine(Protocol):
+    """A generation backend (hf, vllm, scripted) behind one small interface."""
+
+    policy_version: int
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one continuation for each prompt (token ids, never text)."""
+        ...

@@ -1,0 +1,1 @@
+"""Trajectory viewers (terminal and HTML)."""

@@ -1,0 +1,1 @@
+"""Model builders (the offline tiny model)."""

@@ -1,0 +1,218 @@
+"""Typed boundary objects of the data flow: messages, tool calls, spans, trajectories.
+
+Conventions (see DESIGN.md):
+- ``loss_mask[t] == 1`` means "the policy generated token t; train on it".
+- ``spans`` label every token exactly once with a kind in ``SPAN_KINDS``.
+- ``logprobs[t]`` is the sampler's log-prob of token t (0.0 where the mask is 0).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SpanKind = Literal["prompt", "model", "tool", "template"]
+SPAN_KINDS: tuple[str, ...] = ("prompt", "model", "tool", "template")
+
+FinishReason = Literal["stop", "length", "max_turns", "error"]
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "max_turns", "error")
+
+
+@dataclass
+class ToolCall:
+    """A call the model asked for, parsed from its text."""
+
+    name: str
+    arguments: dict[str, Any]  # JSON object decoded from the model's text
+    id: str | None = None  # call id, when the template uses one
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI / transformers chat-message shape used by chat templates."""
+        out: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+
+@dataclass
+class Message:
+    """One chat message. ``role`` is system | user | assistant | tool."""
+
+    role: str
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)  # assistant only
+    tool_call_id: str | None = None  # tool only: the call it answers
+    name: str | None = None  # tool only: the tool's name
+
+    def to_chat(self) -> dict[str, Any]:
+        """Dict form that jinja chat templates (and transformers) expect."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+    @staticmethod
+    def from_chat(d: dict[str, Any]) -> "Message":
+        calls = []
+        for c in d.get("tool_calls") or []:
+            fn = c.get("function", c)
+            args = fn.get("arguments", {})
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except json.JSONDecodeError:
+                    args = {"_raw": args}
+            calls.append(ToolCall(name=fn["name"], arguments=args, id=c.get("id")))
+        return Message(
+            role=d["role"],
+            content=d.get("content") or "",
+            tool_calls=calls,
+            tool_call_id=d.get("tool_call_id"),
+            name=d.get("name"),
+        )
+
+
+@dataclass
+class ToolCallRecord:
+    """What happened when a tool call ran inside a rollout."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: str  # the observation the model saw (after capping)
+    error: str | None  # short error kind/message when the call failed, else None
+    latency_s: float
+    turn: int  # index of the model turn that issued the call (0-based)
+
+
+@dataclass
+class Span:
+    """Tokens ``[start, end)`` of a trajectory, all of one kind."""
+
+    start: int
+    end: int
+    kind: str  # one of SPAN_KINDS
+
+
+@dataclass
+class Task:
+    """One prompt of an environment. ``answer`` is hidden from the model."""
+
+    id: str
+    prompt: str  # the user message
+    answer: str  # gold answer the checker compares against
+    family: str = "default"  # task family, for per-family metrics
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """One attempt: the full token sequence with mask, sampler log-probs and spans.
+
+    Shapes: ``token_ids``, ``loss_mask``, ``logprobs`` (and ``old_logprobs`` when set)
+    all have length ``len(token_ids)``; ``spans`` tile ``[0, len(token_ids))``.
+    """
+
+    token_ids: list[int]
+    prompt_len: int
+    loss_mask: list[int]
+    logprobs: list[float]
+    spans: list[Span]
+    messages: list[Message]
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    reward: float | None = None
+    advantage: float | None = None  # null until the trainer computes it
+    group_id: str = ""
+    sample_index: int = 0
+    finish_reason: str = "stop"
+    policy_version: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    old_logprobs: list[float] | None = None  # trainer's π_old per token, 0.0 where mask 0
+
+    @property
+    def num_model_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def response_len(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["messages"] = [m.to_chat() for m in self.messages]
+        if d["old_logprobs"] is None:
+            del d["old_logprobs"]
+        return json.dumps(d, ensure_ascii=False)
+
+    @staticmethod
+    def from_json(line: str | dict[str, Any]) -> "Trajectory":
+        d = json.loads(line) if isinstance(line, str) else dict(line)
+        return Trajectory(
+            token_ids=list(d["token_ids"]),
+            prompt_len=int(d["prompt_len"]),
+            loss_mask=list(d["loss_mask"]),
+            logprobs=[float(x) for x in d["logprobs"]],
+            spans=[Span(**s) for s in d["spans"]],
+            messages=[Message.from_chat(m) for m in d["messages"]],
+            tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
+            reward=d.get("reward"),
+            advantage=d.get("advantage"),
+            group_id=d.get("group_id", ""),
+            sample_index=int(d.get("sample_index", 0)),
+            finish_reason=d.get("finish_reason", "stop"),
+            policy_version=int(d.get("policy_version", 0)),
+            metadata=d.get("metadata", {}),
+            old_logprobs=d.get("old_logprobs"),
+        )
+
+    def check(self) -> None:
+        """Raise ValueError if the trajectory breaks an invariant of DESIGN.md."""
+        n = len(self.token_ids)
+        if not (len(self.loss_mask) == len(self.logprobs) == n):
+            raise ValueError(
+                f"length mismatch: token_ids={n} loss_mask={len(self.loss_mask)} "
+                f"logprobs={len(self.logprobs)}"
+            )
+        if self.old_logprobs is not None and len(self.old_logprobs) != n:
+            raise ValueError("old_logprobs length differs from token_ids")
+        pos = 0
+        for s in self.spans:
+            if s.start != pos or s.end <= s.start or s.kind not in SPAN_KINDS:
+                raise ValueError(f"spans do not tile the sequence at {s}")
+            want = 1 if s.kind == "model" else 0
+            if any(m != want for m in self.loss_mask[s.start : s.end]):
+                raise ValueError(f"loss_mask disagrees with span {s}")
+            pos = s.end
+        if pos != n:
+            raise ValueError(f"spans end at {pos}, sequence has {n} tokens")
+        if any(lp != 0.0 for lp, m in zip(self.logprobs, self.loss_mask) if m == 0):
+            raise ValueError("logprobs must be 0.0 where loss_mask is 0")
+        if self.spans and self.spans[0].kind != "prompt":
+            raise ValueError("a trajectory starts with a prompt span")
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"unknown finish_reason {self.finish_reason!r}")
+
+
+def write_jsonl(path: str, trajectories: list[Trajectory], append: bool = False) -> None:
+    """Write trajectories one per line; each line is flushed whole."""
+    with open(path, "a" if append else "w", encoding="utf-8") as f:
+        for t in trajectories:
+            f.write(t.to_json() + "\n")
+        f.flush()
+
+
+def read_jsonl(path: str) -> list[Trajectory]:
+    """Read every complete line of a trajectory JSONL file."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.append(Trajectory.from_json(line))
+    return out

@@ -1,0 +1,1 @@
+"""Example environments with checkers, installed as agentrl.envs."""
