@@ -1,0 +1,96 @@
+"""The environment protocol: tasks, system prompt, tools, and the checker.
+
+An environment is one short file. It says where tasks come from (``train`` and ``test``
+splits), what the system prompt is, which tools the agent gets, and how a finished
+conversation is scored. The checker must read only what the model wrote: use
+:func:`final_answer`, which looks at the last assistant turn only, so an answer that
+appears only in a tool result never counts.
+
+Final-answer format (documented for every built-in environment): the last assistant
+turn contains ``<answer>...</answer>``; the text inside the last such tag is the answer.
+
+Example::
+
+    from agentrl.env import Score, final_answer
+    from agentrl.types import Message, Task
+
+    class Echo:
+        name = "echo"
+        system_prompt = "Repeat the word inside <answer></answer>."
+        def tools(self):
+            return []
+        def tasks(self, split):
+            return [Task(id="0", prompt="Say: hi", answer="hi")]
+        def score(self, task, messages):
+            got = final_answer(messages)
+            return Score(reward=float(got == task.answer), info={"has_answer": got is not None})
+
+    env = Echo()
+    msgs = [Message("user", "Say: hi"), Message("assistant", "<answer>hi</answer>")]
+    assert env.score(env.tasks("train")[0], msgs).reward == 1.0
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from agentrl.types import Message, Task
+
+if TYPE_CHECKING:
+    from agentrl.tool import Tool
+
+Split = Literal["train", "test"]
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass
+class Score:
+    """A checker's verdict. ``reward`` is in [0, 1]; ``info`` feeds per-run metrics."""
+
+    reward: float
+    info: dict[str, float | int | bool | str] = field(default_factory=dict)
+
+
+class Environment(Protocol):
+    """What every environment provides."""
+
+    name: str
+    system_prompt: str
+
+    def tools(self) -> list["Tool"]:
+        """The tools the agent may call (may be empty)."""
+        ...
+
+    def tasks(self, split: Split) -> list[Task]:
+        """All tasks of a split; ``train`` and ``test`` must be disjoint."""
+        ...
+
+    def score(self, task: Task, messages: list[Message]) -> Score:
+        """Score a finished conversation, reading only assistant-written text."""
+        ...
+
+
+def last_assistant_text(messages: list[Message]) -> str | None:
+    """Content of the last assistant message, or None if the model never spoke."""
+    for m in reversed(messages):
+        if m.role == "assistant":
+            return m.content
+    return None
+
+
+def final_answer(messages: list[Message]) -> str | None:
+    """The text inside the last ``<answer>...</answer>`` of the last assistant turn.
+
+    Tool messages and earlier turns are ignored on purpose: a checker that read them
+    would reward an answer the model merely saw.
+    """
+    text = last_assistant_text(messages)
+    if text is None:
+        return None
+    found = _ANSWER_RE.findall(text)
+    if not found:
+        return None
+    return found[-1].strip()
