@@ -1,0 +1,250 @@
+"""The multi-turn rollout engine: tasks x G attempts -> masked trajectories.
+
+Each turn, every active attempt generates together in one batch; the tool calls of the
+turn then run concurrently (a slow tool in one attempt does not serialize the others);
+their results are appended as token ids taken from the chat template's rendering delta
+(token-in-token-out: the sampled ids are never decoded and re-encoded).
+
+Example::
+
+    from agentrl import ChatTemplate, HFEngine, RolloutConfig, RolloutRunner, Task, ToolBox, tool
+    from agentrl.models.tiny import ensure_tiny_model
+
+    @tool
+    def add(a: int, b: int) -> int:
+        '''Add two integers.
+
+        Args:
+            a: first addend
+            b: second addend
+        '''
+        return a + b
+
+    engine = HFEngine.from_pretrained(ensure_tiny_model())
+    chat = ChatTemplate(engine.tokenizer)
+    runner = RolloutRunner(engine, chat, ToolBox([add], tokenizer=engine.tokenizer),
+                           RolloutConfig(max_turns=3, max_new_tokens=32))
+    batch = runner.run([Task(id="t0", prompt="What is 2+3?", answer="5")], num_samples=2,
+                       system_prompt="Use the add tool.")
+    traj = batch.trajectories[0]
+    assert sum(traj.loss_mask) == sum(s.end - s.start for s in traj.spans if s.kind == "model")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+
+from agentrl.chat import ChatTemplate, Segment
+from agentrl.engines.base import Engine, SamplingParams
+from agentrl.sequence import TokenSequence
+from agentrl.tool import ToolBox, ToolContext, ToolResult
+from agentrl.types import Message, Task, ToolCall, ToolCallRecord, Trajectory
+
+
+@dataclass
+class RolloutConfig:
+    """Budgets and sampling of a multi-turn rollout."""
+
+    max_turns: int = 4  # model turns per attempt
+    max_new_tokens: int = 256  # per model turn
+    max_total_tokens: int = 2048  # whole sequence, prompt included
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_strings: list[str] = field(default_factory=list)
+    # A turn with no tool call that does not match this counts as "void" (SimpleTIR).
+    answer_pattern: str = r"<answer>.*?</answer>"
+
+
+@dataclass
+class RolloutStats:
+    """Where the time of one batch went."""
+
+    generate_s: float = 0.0  # inside engine.generate
+    tools_s: float = 0.0  # wall time of the concurrent tool phases
+    total_s: float = 0.0
+    sampled_tokens: int = 0
+    turns: int = 0  # batched generation calls
+
+
+@dataclass
+class RolloutBatch:
+    trajectories: list[Trajectory]  # task-major: the G attempts of a task are adjacent
+    stats: RolloutStats
+
+
+@dataclass
+class _Attempt:
+    task: Task
+    sample_index: int
+    seq: TokenSequence
+    messages: list[Message]
+    context: ToolContext
+    records: list[ToolCallRecord] = field(default_factory=list)
+    finish_reason: str | None = None  # None while active
+    void_turns: int = 0
+    turns: int = 0
+    # calls the current turn asked for; parse errors are observations too
+    pending: list[ToolCall | str] = field(default_factory=list)
+    ended_with_turn_end: bool = True
+
+
+class RolloutRunner:
+    """Runs batches of multi-turn attempts through an engine, a chat template and tools."""
+
+    def __init__(self, engine: Engine, chat: ChatTemplate, toolbox: ToolBox, config: RolloutConfig | None = None):
+        self.engine = engine
+        self.chat = chat
+        self.toolbox = toolbox
+        self.config = config or RolloutConfig()
+        self.tokenizer = chat.tokenizer
+        self._turn_end_id = self.tokenizer.convert_tokens_to_ids(chat.turn_end)
+        self._answer_re = re.compile(self.config.answer_pattern, re.DOTALL)
+
+    def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
+            seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
+        """Sample ``num_samples`` attempts of every task; returns them task-major."""
+        return asyncio.run(self.arun(tasks, num_samples, system_prompt, seed, group_prefix))
+
+    async def arun(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
+                   seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
+        cfg = self.config
+        stats = RolloutStats()
+        t_start = time.perf_counter()
+        tools = self.toolbox.schemas() or None
+        attempts: list[_Attempt] = []
+        for task in tasks:
+            head = [Message("system", system_prompt)] if system_prompt else []
+            head.append(Message("user", task.prompt))
+            prompt_ids = self.chat.encode_prompt(head, tools)
+            if len(prompt_ids) >= cfg.max_total_tokens:
+                raise ValueError(
+                    f"task {task.id!r}: prompt has {len(prompt_ids)} tokens, over "
+                    f"max_total_tokens={cfg.max_total_tokens}; raise rollout.max_total_tokens"
+                )
+            for i in range(num_samples):
+                seq = TokenSequence()
+                seq.append(prompt_ids, "prompt")
+                ctx = self.toolbox.new_context(f"{group_prefix}{task.id}/{i}")
+                attempts.append(_Attempt(task, i, seq, list(head), ctx))
+
+        for turn in range(cfg.max_turns):
+            active = [a for a in attempts if a.finish_reason is None]
+            if not active:
+                break
+            t0 = time.perf_counter()
+            self._generate_turn(active, seed=None if seed is None else seed + 7919 * turn)
+            stats.generate_s += time.perf_counter() - t0
+            stats.turns += 1
+            calling = [a for a in active if a.finish_reason is None]
+            if turn == cfg.max_turns - 1:
+                for a in calling:
+                    a.finish_reason = "max_turns"
+                break
+            t0 = time.perf_counter()
+            await self._run_tools(calling, turn)
+            stats.tools_s += time.perf_counter() - t0
+            for a in calling:
+                self._append_observations(a, tools)
+
+        trajectories = []
+        for a in attempts:
+            await self.toolbox.close(a.context)
+            trajectories.append(self._finish(a, group_prefix))
+        stats.sampled_tokens = sum(t.num_model_tokens for t in trajectories)
+        stats.total_s = time.perf_counter() - t_start
+        return RolloutBatch(trajectories, stats)
+
+    # -- one turn -------------------------------------------------------------------------
+
+    def _generate_turn(self, active: list[_Attempt], seed: int | None) -> None:
+        cfg = self.config
+        room = [cfg.max_total_tokens - len(a.seq) for a in active]
+        params = SamplingParams(
+            max_new_tokens=max(1, min(cfg.max_new_tokens, max(room))),
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop_token_ids=list(self.chat.stop_token_ids),
+            stop_strings=list(cfg.stop_strings),
+            seed=seed,
+        )
+        gens = self.engine.generate([a.seq.token_ids for a in active], params)
+        for a, g, budget in zip(active, gens, room):
+            ids, lps, finish = g.token_ids, g.logprobs, g.finish_reason
+            if len(ids) > budget:  # the row ran past the whole-sequence budget
+                ids, lps, finish = ids[:budget], lps[:budget], "length"
+            a.turns += 1
+            a.seq.append(ids, "model", lps)
+            stopped_on_token = bool(ids) and ids[-1] in self.chat.stop_token_ids
+            body = ids[:-1] if stopped_on_token else ids
+            text = self.tokenizer.decode(body, skip_special_tokens=False)
+            parsed = self.chat.parse_assistant(text)
+            a.messages.append(Message("assistant", parsed.content, tool_calls=list(parsed.tool_calls)))
+            a.ended_with_turn_end = stopped_on_token and ids[-1] == self._turn_end_id
+            if finish == "length" or not (stopped_on_token or finish == "stop"):
+                a.finish_reason = "length"
+                continue
+            a.pending = [*parsed.tool_calls, *parsed.errors]
+            if not a.pending:
+                if not self._answer_re.search(parsed.content):
+                    a.void_turns += 1
+                a.finish_reason = "stop"
+
+    async def _run_tools(self, calling: list[_Attempt], turn: int) -> None:
+        jobs = []
+        for a in calling:
+            for call in a.pending:
+                jobs.append(self._one_call(a, call, turn))
+        results = await asyncio.gather(*jobs)
+        it = iter(results)
+        for a in calling:
+            a_results = [next(it) for _ in a.pending]
+            a.records.extend(a_results)
+
+    async def _one_call(self, a: _Attempt, call: ToolCall | str, turn: int) -> ToolCallRecord:
+        if isinstance(call, str):  # the model wrote a call that could not be parsed
+            return ToolCallRecord(name="", arguments={}, result=f"Error: {call}", error="parse_error",
+                                  latency_s=0.0, turn=turn)
+        res: ToolResult = await self.toolbox.execute(call.name, call.arguments, a.context)
+        return ToolCallRecord(name=call.name, arguments=call.arguments, result=res.content,
+                              error=res.error, latency_s=res.latency_s, turn=turn)
+
+    def _append_observations(self, a: _Attempt, tools: list[dict] | None) -> None:
+        records = a.records[len(a.records) - len(a.pending):]
+        new = []
+        for call, rec in zip(a.pending, records):
+            cid = call.id if isinstance(call, ToolCall) else None
+            new.append(Message("tool", rec.result, tool_call_id=cid, name=rec.name or None))
+        try:
+            segments: list[Segment] = self.chat.continuation(a.messages, new, tools, a.ended_with_turn_end)
+        except Exception as e:  # a template that cannot render this conversation
+            a.finish_reason = "error"
+            a.pending = []
+            a.messages.extend(new)
+            a.records[-1].error = a.records[-1].error or f"template: {e}"
+            return
+        a.messages.extend(new)
+        a.pending = []
+        for s in segments:
+            a.seq.append(s.token_ids, s.kind)
+        if len(a.seq) >= self.config.max_total_tokens:
+            a.finish_reason = "length"
+
+    def _finish(self, a: _Attempt, group_prefix: str) -> Trajectory:
+        return Trajectory(
+            token_ids=a.seq.token_ids,
+            prompt_len=a.seq.spans[0].end,
+            loss_mask=a.seq.loss_mask,
+            logprobs=a.seq.logprobs,
+            spans=a.seq.spans,
+            messages=a.messages,
+            tool_calls=a.records,
+            group_id=f"{group_prefix}{a.task.id}",
+            sample_index=a.sample_index,
+            finish_reason=a.finish_reason or "stop",
+            policy_version=getattr(self.engine, "policy_version", 0),
+            metadata={"task_id": a.task.id, "family": a.task.family, "turns": a.turns,
+                      "void_turns": a.void_turns},
+        )
