@@ -405,7 +405,7 @@ def policy_loss(
     if dual_clip is not None:
         cap = -dual_clip * adv  # > 0 exactly where A < 0
         dual = m & (adv < 0) & (pg > cap)
-        pg = torch.where(adv < 0, torch.minimum(pg, cap), pg)
+        pg = torch.where(adv < 0, torch.maximum(pg, cap), pg)
     if is_weights is not None:
         pg = pg * torch.where(m, is_weights.detach().to(pg.dtype), zero)
     per_token = pg

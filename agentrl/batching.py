@@ -1,0 +1,78 @@
+"""Trajectories -> padded micro-batches -> per-token log-probs under the trainer's model.
+
+Scoring is teacher-forced over the exact token ids the sampler produced (tokens are the
+source of truth); position t of the returned tensors scores ``token_ids[t]`` given
+``token_ids[:t]``; position 0 (never sampled) is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agentrl.grpo import token_logprobs
+from agentrl.types import Trajectory
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded rows of whole trajectories. Shapes are [B, T]."""
+
+    indices: list[int]  # positions of these rows in the step's trajectory list
+    input_ids: torch.Tensor  # long
+    attention_mask: torch.Tensor  # long, 1 on real tokens
+    loss_mask: torch.Tensor  # float, 1 on tokens the policy generated
+    sampler_logprobs: torch.Tensor  # float, μ per token (0 where mask 0)
+
+
+def plan_micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Group row indices so that ``rows * longest_row <= max_tokens`` (padding counted).
+
+    Rows are sorted by length first, so rows of similar length share a batch and little
+    compute goes to padding. A row longer than ``max_tokens`` gets a batch of its own.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in order:
+        new_longest = max(longest, lengths[i])
+        if cur and new_longest * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur, new_longest = [], lengths[i]
+        cur.append(i)
+        longest = new_longest
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def collate(trajs: list[Trajectory], indices: list[int], pad_id: int, device: str = "cpu") -> MicroBatch:
+    rows = [trajs[i] for i in indices]
+    T = max(len(t.token_ids) for t in rows)
+    B = len(rows)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    att = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.float32)
+    mu = torch.zeros((B, T), dtype=torch.float32)
+    for r, t in enumerate(rows):
+        n = len(t.token_ids)
+        ids[r, :n] = torch.tensor(t.token_ids)
+        att[r, :n] = 1
+        mask[r, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        mu[r, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+    return MicroBatch(list(indices), ids.to(device), att.to(device), mask.to(device), mu.to(device))
+
+
+def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs and entropies [B, T] of ``mb.input_ids`` under ``model``.
+
+    Logits are divided by the sampling temperature so that π_θ is the distribution the
+    sampler drew from (a greedy sampler, T=0, is scored at T=1).
+    """
+    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
+    logits = out.logits[:, :-1, :]
+    lp, ent = token_logprobs(logits, mb.input_ids[:, 1:], temperature if temperature > 0 else 1.0)
+    zeros = torch.zeros_like(lp[:, :1])
+    return torch.cat([zeros, lp], dim=1), torch.cat([zeros, ent], dim=1)

@@ -1,0 +1,87 @@
+"""From a Config to live objects: model, tokenizer, engine, chat template, environment, tools."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import torch
+
+from agentrl.config import Config, ConfigError
+
+BUILTIN_ENVS = {
+    "arithmetic": "agentrl.envs.arithmetic:ArithmeticEnv",
+    "search_qa": "agentrl.envs.search_qa:SearchQAEnv",
+    "humaneval": "agentrl.envs.humaneval:HumanEvalEnv",
+    "math": "agentrl.envs.math:MathEnv",
+}
+
+
+def set_threads(num_threads: int | None) -> int:
+    """Set torch's CPU threads deliberately: on few shared cores, oversubscription is ~30x slower."""
+    n = num_threads or max(1, min(2, os.cpu_count() or 1))
+    torch.set_num_threads(n)
+    return n
+
+
+def make_env(cfg: Config):
+    """Instantiate the environment named in ``cfg.env`` with ``cfg.env.args``."""
+    target = BUILTIN_ENVS.get(cfg.env.name, cfg.env.name)
+    if ":" not in target:
+        raise ConfigError(
+            f"env.name={cfg.env.name!r} is not a built-in environment ({', '.join(BUILTIN_ENVS)}) "
+            "nor an import path like 'mypackage.myenv:MyEnv'"
+        )
+    mod_name, cls_name = target.split(":", 1)
+    try:
+        cls = getattr(importlib.import_module(mod_name), cls_name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot import environment {target!r}: {e}") from e
+    try:
+        return cls(**cfg.env.args)
+    except TypeError as e:
+        raise ConfigError(f"env.args do not fit {cls_name}: {e}") from e
+
+
+def resolve_model_path(cfg: Config, env=None) -> str:
+    """The directory or hub name to load; builds the tiny model and the warm start when asked."""
+    path = cfg.model.path
+    if path == "tiny":
+        from agentrl.models.tiny import ensure_tiny_model
+
+        path = str(ensure_tiny_model(seed=cfg.model.tiny_seed))
+    if cfg.warmstart.enabled:
+        if env is None or not hasattr(env, "demonstrations"):
+            raise ConfigError(
+                f"warmstart.enabled needs an environment with demonstrations(); {cfg.env.name!r} has none"
+            )
+        from agentrl.warmstart import warm_start
+
+        ws = cfg.warmstart
+        path = str(warm_start(path, env, num_demos=ws.num_demos, steps=ws.steps, lr=ws.lr,
+                              batch_size=ws.batch_size, corruption=ws.corruption, seed=ws.seed))
+    return path
+
+
+def load_model_and_tokenizer(path: str, device: str = "cpu"):
+    """``from_pretrained`` with one clear message when the model cannot be had offline."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except OSError as e:
+        local = Path(path).exists()
+        hint = (
+            f"the directory {path} exists but holds no loadable model/tokenizer"
+            if local
+            else f"'{path}' is not a local directory and could not be fetched from the Hugging Face hub "
+            "(offline or unknown name). Download it where you have network "
+            "(huggingface-cli download NAME --local-dir DIR) and set model.path=DIR, "
+            "or use model.path=tiny for the offline tiny model"
+        )
+        raise ConfigError(f"cannot load model: {hint}. ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model.to(device), tok

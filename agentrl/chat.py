@@ -1,0 +1,387 @@
+"""Chat templates for token-in-token-out multi-turn rollouts.
+
+The rollout keeps the ids the engine sampled and only ever *appends* ids. This module says
+which ids to append after a sampled assistant turn so that the sequence continues exactly as
+the chat template would render the conversation, with tool output tokenized as literal text
+(DESIGN.md conventions 1 and 4).
+
+Example (Qwen2.5-style tokenizer)::
+
+    tmpl = ChatTemplate(tokenizer, "hermes")
+    prompt = tmpl.encode_prompt([Message("user", "2+2?")], tools=None)
+    turn = tmpl.parse_assistant(sampled_text)            # content + tool calls
+    segs = tmpl.continuation(history, tool_messages, tools, ended_with_turn_end=True)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from agentrl.types import Message, ToolCall
+
+TOOL_CALL_FORMATS = ("hermes", "llama3_json")
+_PLACEHOLDER = "AgentrlPh{}Z"  # survives tojson, trim and string concatenation unchanged
+_PLACEHOLDER_RE = re.compile(r"AgentrlPh(\d+)Z")
+_PROBE_USER, _PROBE_ASSISTANT = "AgentrlProbeUser", "AgentrlProbeAssistant"
+
+
+class TemplateError(Exception):
+    """The chat template cannot be used for token-in-token-out rollouts (message says why)."""
+
+
+@dataclass
+class Segment:
+    """Ids to append, all of one span kind ("template" or "tool")."""
+
+    token_ids: list[int]
+    kind: str
+
+
+@dataclass
+class ParsedTurn:
+    """An assistant turn split into text and tool calls."""
+
+    content: str  # the text with the tool-call blocks removed (stripped)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # one message per malformed call block
+
+
+def encode_literal(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` as plain text: no special or added token is ever matched.
+
+    Fast tokenizers: the added vocabulary is bypassed (pre-tokenizer, then the model per piece),
+    because ``split_special_tokens`` does not protect non-special added tokens such as
+    Qwen2.5's ``<tool_call>``. Unicode normalizers (NFC...) and space-prepending steps are
+    skipped so that the ids decode to exactly ``text`` in the middle of a sequence.
+
+    >>> ids = encode_literal(tok, "<|im_end|>")   # several ordinary pieces, not 151645
+    >>> tok.decode(ids) == "<|im_end|>"
+    True
+    """
+    if not text:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        enc = tokenizer(text, add_special_tokens=False, split_special_tokens=True)
+        return list(enc["input_ids"])
+    normalized = _literal_normalizer(backend.normalizer)
+    if normalized is not None:
+        text = normalized.normalize_str(text)
+    pre = _literal_pre_tokenizer(backend.pre_tokenizer)
+    pieces = pre.pre_tokenize_str(text) if pre is not None else [(text, (0, len(text)))]
+    return [tok.id for piece, _ in pieces for tok in backend.model.tokenize(piece)]
+
+
+def _literal_normalizer(norm: Any) -> Any:
+    """The normalizer minus Unicode normal forms and Prepend (see encode_literal)."""
+    from tokenizers import normalizers as N
+
+    if norm is None:
+        return None
+    dropped = (N.NFC, N.NFD, N.NFKC, N.NFKD, N.Prepend)
+    if isinstance(norm, N.Sequence):
+        kept = [norm[i] for i in range(len(norm)) if not isinstance(norm[i], dropped)]
+        return N.Sequence(kept) if kept else None
+    return None if isinstance(norm, dropped) else norm
+
+
+def _literal_pre_tokenizer(pre: Any) -> Any:
+    """Metaspace would prepend '▁' to the fragment as if it started the text; turn that off."""
+    from tokenizers import pre_tokenizers as P
+
+    if isinstance(pre, P.Metaspace) and pre.prepend_scheme != "never":
+        return P.Metaspace(replacement=pre.replacement, prepend_scheme="never", split=pre.split)
+    return pre
+
+
+def resolve_template_source(tokenizer: Any, template: str | None) -> str:
+    """Jinja source for ``template``: None (the tokenizer's), a shipped name, a path, or source."""
+    if template is None:
+        src = getattr(tokenizer, "chat_template", None)
+        if isinstance(src, dict):
+            src = src.get("tool_use") or src.get("default")
+        if not src:
+            raise TemplateError(
+                "the tokenizer has no chat template; pass one: template='hermes' or "
+                "'qwen3_training' (shipped in agentrl/templates), a .jinja file path, or jinja source"
+            )
+        return src
+    if "{{" in template or "{%" in template:
+        return template
+    if os.path.isfile(template):
+        with open(template, encoding="utf-8") as f:
+            return f.read()
+    shipped = resources.files("agentrl.templates") / f"{template}.jinja"
+    if shipped.is_file():
+        return shipped.read_text(encoding="utf-8")
+    names = sorted(p.name[:-6] for p in resources.files("agentrl.templates").iterdir() if p.name.endswith(".jinja"))
+    raise TemplateError(f"unknown chat template {template!r}: not a file, not one of {names}, not jinja source")
+
+
+def render_chat(tokenizer: Any, source: str, messages: list[Message], tools: list[dict] | None = None,
+                add_generation_prompt: bool = False, **template_kwargs: Any) -> str:
+    """Render with transformers' own renderer so helpers (raise_exception, tojson...) match it."""
+    try:
+        return tokenizer.apply_chat_template(
+            [m.to_chat() for m in messages], tools=tools, chat_template=source, tokenize=False,
+            add_generation_prompt=add_generation_prompt, **template_kwargs)
+    except Exception as e:  # jinja errors and raise_exception() calls of the template itself
+        raise TemplateError(f"the chat template failed to render: {type(e).__name__}: {e}") from e
+
+
+def prefix_diff(before: str, after: str, before_name: str = "before", after_name: str = "after") -> str:
+    """Readable explanation of where ``after`` stops extending ``before`` ("" if it does)."""
+    if after.startswith(before):
+        return ""
+    i = next((k for k, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+    line = before.count("\n", 0, i) + 1
+    head = [f"renderings diverge at character {i} (line {line}):",
+            f"  common text ends: {before[max(0, i - 60):i]!r}",
+            f"  {before_name} continues: {before[i:i + 80]!r}",
+            f"  {after_name} continues: {after[i:i + 80]!r}"]
+    lo = max(0, before.rfind("\n", 0, max(0, i - 200)))
+    udiff = difflib.unified_diff(before[lo:].splitlines(keepends=True), after[lo:len(before) + 200].splitlines(keepends=True),
+                                 fromfile=before_name, tofile=after_name, n=2)
+    return "\n".join(head) + "\n" + "".join(udiff)
+
+
+def _content_forms(content: str) -> list[str]:
+    """How a template may have written ``content``: as is, JSON-escaped (tojson), trimmed."""
+    forms = [content, json.dumps(content, ensure_ascii=False)[1:-1], content.strip(),
+             json.dumps(content.strip(), ensure_ascii=False)[1:-1]]
+    return list(dict.fromkeys(forms))
+
+
+def split_rendered(real: str, with_placeholders: str, contents: list[str]) -> list[tuple[str, bool]] | None:
+    """Split ``real`` into (text, is_content) pieces using a rendering whose contents were
+    ``_PLACEHOLDER.format(i)``; None when the two renderings cannot be aligned."""
+    pieces: list[str | int] = []
+    pos = 0
+    for m in _PLACEHOLDER_RE.finditer(with_placeholders):
+        pieces += [with_placeholders[pos:m.start()], int(m.group(1))]
+        pos = m.end()
+    pieces.append(with_placeholders[pos:])
+    seen = [p for p in pieces if isinstance(p, int)]
+    if len(seen) != len(set(seen)) or any(i >= len(contents) for i in seen):
+        return None
+
+    def walk(k: int, at: int) -> list[tuple[str, bool]] | None:
+        if k == len(pieces):
+            return [] if at == len(real) else None
+        piece = pieces[k]
+        if isinstance(piece, str):
+            rest = walk(k + 1, at + len(piece)) if real.startswith(piece, at) else None
+            return None if rest is None else [(piece, False)] + rest
+        for form in _content_forms(contents[piece]):
+            if real.startswith(form, at) and (rest := walk(k + 1, at + len(form))) is not None:
+                return [(form, True)] + rest
+        return None
+
+    return walk(0, 0)
+
+
+def detect_tool_call_format(source: str) -> str:
+    if "<tool_call>" in source:
+        return "hermes"
+    if "<|python_tag|>" in source or "ipython" in source or '"parameters"' in source:
+        return "llama3_json"
+    raise TemplateError("cannot tell the tool-call format from the chat template; pass "
+                        f"tool_call_format= one of {TOOL_CALL_FORMATS}")
+
+
+class ChatTemplate:
+    """A chat template bound to a tokenizer, for token-in-token-out rollouts.
+
+    >>> tmpl = ChatTemplate(tok, "hermes")
+    >>> tmpl.turn_end, tmpl.tool_call_format
+    ('<|im_end|>', 'hermes')
+    """
+
+    def __init__(self, tokenizer: Any, template: str | None = None, tool_call_format: str | None = None,
+                 template_kwargs: dict[str, Any] | None = None):
+        self.tokenizer = tokenizer
+        self.source = resolve_template_source(tokenizer, template)
+        self.template_kwargs = dict(template_kwargs or {})  # extra jinja variables (enable_thinking...)
+        fmt = tool_call_format or detect_tool_call_format(self.source)
+        if fmt not in TOOL_CALL_FORMATS:
+            raise TemplateError(f"unknown tool_call_format {fmt!r}; use one of {TOOL_CALL_FORMATS}")
+        self.tool_call_format = fmt
+        self.turn_end = self._detect_turn_end()
+        self._turn_end_id = tokenizer.convert_tokens_to_ids(self.turn_end)
+        eos = getattr(tokenizer, "eos_token_id", None)
+        eos_ids = eos if isinstance(eos, list) else ([] if eos is None else [eos])
+        self.stop_token_ids = list(dict.fromkeys([self._turn_end_id, *eos_ids]))
+
+    def _detect_turn_end(self) -> str:
+        probe = [Message("user", _PROBE_USER), Message("assistant", _PROBE_ASSISTANT)]
+        text = self.render(probe)
+        after = text[text.rfind(_PROBE_ASSISTANT) + len(_PROBE_ASSISTANT):]
+        added = sorted(self.tokenizer.get_added_vocab(), key=len, reverse=True)
+        for tok in added:
+            if after.startswith(tok):
+                return tok
+        raise TemplateError(f"cannot detect the end-of-turn token: after an assistant message the template "
+                            f"renders {after[:40]!r}, which does not start with a special token of this tokenizer")
+
+    def render(self, messages: list[Message], tools: list[dict] | None = None,
+               add_generation_prompt: bool = False) -> str:
+        return render_chat(self.tokenizer, self.source, messages, tools, add_generation_prompt, **self.template_kwargs)
+
+    def encode_template(self, text: str) -> list[int]:
+        """Ids of template text, special tokens parsed. The text is encoded after the turn-end
+        token so that SentencePiece tokenizers do not prepend a word-start space to it."""
+        if not text:
+            return []
+        ids = self.tokenizer.encode(self.turn_end + text, add_special_tokens=False)
+        if not ids or ids[0] != self._turn_end_id:
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return ids[1:]
+
+    def _segments(self, pieces: list[tuple[str, bool]], content_kind: str) -> list[Segment]:
+        out: list[Segment] = []
+        for text, is_content in pieces:
+            ids = encode_literal(self.tokenizer, text) if is_content else self.encode_template(text)
+            kind = content_kind if is_content else "template"
+            if not ids:
+                continue
+            if out and out[-1].kind == kind:
+                out[-1].token_ids.extend(ids)
+            else:
+                out.append(Segment(ids, kind))
+        return out
+
+    def encode_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+        """Ids of ``render(messages, tools, add_generation_prompt=True)``; system/user/tool contents
+        are literal text when they can be located (else the whole text is encoded as template)."""
+        real = self.render(messages, tools, add_generation_prompt=True)
+        literal = [i for i, m in enumerate(messages) if m.role in ("system", "user", "tool") and m.content]
+        ph = [Message(m.role, _PLACEHOLDER.format(i), m.tool_calls, m.tool_call_id, m.name) if i in literal else m
+              for i, m in enumerate(messages)]
+        pieces = None
+        try:
+            ph_text = self.render(ph, tools, add_generation_prompt=True)
+            pieces = split_rendered(real, ph_text, [m.content for m in messages])
+        except TemplateError:
+            pass
+        if pieces is None:
+            return self.encode_template(real)
+        return [i for seg in self._segments(pieces, "prompt") for i in seg.token_ids]
+
+    def continuation(self, history: list[Message], new_messages: list[Message], tools: list[dict] | None,
+                     ended_with_turn_end: bool) -> list[Segment]:
+        """Segments to append after the sampled ids of the last assistant turn in ``history``:
+        [turn_end if the turn did not end with it] + the text after turn_end in render(history)
+        + delta, where delta = render(history + new_messages, gen=True)[len(render(history)):]
+        with each new message's content as a literal "tool" segment."""
+        before = self.render(history, tools)
+        cut = before.rfind(self.turn_end)
+        if cut < 0:
+            raise TemplateError(f"the rendering of the history has no {self.turn_end!r} closing the assistant turn")
+        closing = ("" if ended_with_turn_end else self.turn_end) + before[cut + len(self.turn_end):]
+        after = self.render(history + new_messages, tools, add_generation_prompt=True)
+        if not after.startswith(before):
+            raise TemplateError(
+                "the chat template is not prefix-preserving: appending tool messages changed the rendering of "
+                "the earlier conversation (run `agentrl check-template` for the fix)\n"
+                + prefix_diff(before, after, "render(history)", "render(history + tool messages)"))
+        ph = [Message(m.role, _PLACEHOLDER.format(i), m.tool_calls, m.tool_call_id, m.name)
+              for i, m in enumerate(new_messages)]
+        ph_after = self.render(history + ph, tools, add_generation_prompt=True)
+        pieces = split_rendered(after[len(before):], ph_after[len(before):], [m.content for m in new_messages]) \
+            if ph_after.startswith(before) else None
+        if pieces is None:
+            raise TemplateError("cannot locate the tool messages' contents in the template's rendering "
+                                "(the template transforms them in an unsupported way)")
+        return self._segments([(closing, False)] + pieces, "tool")
+
+    def parse_assistant(self, text: str) -> ParsedTurn:
+        """Split a sampled assistant text into content and tool calls (``self.tool_call_format``)."""
+        for stop in (self.turn_end, getattr(self.tokenizer, "eos_token", None)):
+            if stop and text.endswith(stop):
+                text = text[: -len(stop)]
+        if self.tool_call_format == "hermes":
+            return parse_hermes(text)
+        return parse_llama3_json(text)
+
+
+_HERMES_RE = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)\Z", re.DOTALL)
+
+
+def parse_hermes(text: str) -> ParsedTurn:
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, any number per turn.
+    A final unclosed block is accepted when its JSON is complete (as vLLM's hermes parser does).
+
+    >>> parse_hermes('Hi <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>').tool_calls
+    [ToolCall(name='f', arguments={'x': 1}, id=None)]
+    """
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for n, m in enumerate(_HERMES_RE.finditer(text), start=1):
+        body = m.group(1) if m.group(1) is not None else m.group(2)
+        where = f"tool call {n}" + ("" if m.group(1) is not None else " (unclosed <tool_call>)")
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as e:
+            errors.append(f"{where}: invalid JSON ({e.msg} at char {e.pos})")
+            continue
+        _add_call(obj, where, calls, errors)
+    return ParsedTurn(_HERMES_RE.sub("", text).strip(), calls, errors)
+
+
+def parse_llama3_json(text: str) -> ParsedTurn:
+    """Llama 3.x JSON calls: ``{"name": ..., "parameters": {...}}`` as the whole turn, optionally
+    after ``<|python_tag|>``; several objects may be separated by ``;``.
+
+    >>> parse_llama3_json('{"name": "f", "parameters": {"x": 1}}').tool_calls[0].name
+    'f'
+    """
+    if "<|python_tag|>" in text:
+        content, body = text.split("<|python_tag|>", 1)
+    elif text.lstrip().startswith("{"):
+        content, body = "", text
+    else:
+        return ParsedTurn(text.strip())
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    decoder = json.JSONDecoder()
+    pos, n = 0, 0
+    while True:
+        while pos < len(body) and (body[pos].isspace() or body[pos] == ";"):
+            pos += 1
+        if pos == len(body):
+            break
+        n += 1
+        try:
+            obj, pos = decoder.raw_decode(body, pos)
+        except json.JSONDecodeError as e:
+            errors.append(f"tool call {n}: invalid JSON ({e.msg} at char {e.pos})")
+            break
+        _add_call(obj, f"tool call {n}", calls, errors)
+    return ParsedTurn(content.strip(), calls, errors)
+
+
+def _add_call(obj: Any, where: str, calls: list[ToolCall], errors: list[str]) -> None:
+    if not isinstance(obj, dict):
+        errors.append(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        return
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        errors.append(f'{where}: missing "name"')
+        return
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # some models JSON-encode the arguments a second time
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            errors.append(f'{where}: "arguments" is a string that is not JSON')
+            return
+    if not isinstance(args, dict):
+        errors.append(f'{where}: "arguments" must be a JSON object, got {type(args).__name__}')
+        return
+    calls.append(ToolCall(name=name, arguments=args, id=obj.get("id") if isinstance(obj.get("id"), str) else None))

@@ -1,0 +1,251 @@
+"""Typed run configuration: YAML in, dataclasses out, ``key.sub=value`` overrides.
+
+Example::
+
+    from agentrl.config import Config, load_config
+    cfg = load_config(None, ["algo.num_samples=4", "train.steps=2"])
+    assert cfg.algo.num_samples == 4 and isinstance(cfg, Config)
+
+An unknown key or a value of the wrong type stops with one message that names the
+valid keys (or the expected type).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import yaml
+
+from agentrl.rollout import RolloutConfig
+
+
+class ConfigError(ValueError):
+    """A configuration a user wrote that cannot be used as is."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = "tiny"  # HF model name or local dir; "tiny" builds the offline tiny model
+    template: str | None = None  # chat template: name in agentrl/templates, file, or None = tokenizer's
+    tiny_seed: int = 0  # seed of the tiny model when path == "tiny"
+    num_threads: int | None = None  # torch threads; None = min(2, cores) on CPU
+    device: str = "cpu"
+
+
+@dataclass
+class EnvConfig:
+    name: str = "arithmetic"  # built-in name, or "package.module:Class"
+    args: dict[str, Any] = field(default_factory=dict)  # constructor keyword arguments
+
+
+@dataclass
+class ToolsConfig:
+    timeout: float = 10.0  # default per-call timeout (a tool's own setting wins)
+    max_output_tokens: int = 256  # tool observations are capped to this many tokens
+
+
+@dataclass
+class AlgoConfig:
+    """The GRPO objective (DESIGN.md); defaults reproduce the seed description."""
+
+    num_samples: int = 8  # G attempts per prompt
+    std: Literal["population", "sample"] = "population"
+    scale: Literal["std", "none"] = "std"  # "none" = Dr. GRPO
+    std_floor: float = 1e-6
+    eps_low: float = 0.2
+    eps_high: float = 0.2  # DAPO clip-higher: 0.28
+    dual_clip: float | None = None  # e.g. 3.0
+    agg: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
+    norm_len: int | None = None  # Dr. GRPO normalizer; None = rollout.max_total_tokens
+    kl_coef: float = 0.0  # β; 0 loads no reference model
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    is_level: Literal["none", "token", "sequence"] = "none"  # truncated IS against the sampler μ
+    is_cap: float = 2.0  # C in min(π_old/μ, C)
+    drop_zero_variance: bool = False  # DAPO dynamic sampling
+    refill_batch: bool = False  # keep sampling prompts until the batch has enough signal groups
+    max_refills: int = 4
+    mask_truncated: bool = False  # attempts with finish_reason "length" leave the loss
+    drop_void_turns: bool = False  # attempts with a void turn leave the loss (SimpleTIR)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    warmup_steps: int = 0
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100
+    prompts_per_step: int = 8
+    num_iterations: int = 1  # optimizer steps per batch (μ in the GRPO paper)
+    micro_batch_tokens: int = 8192  # padded tokens per forward; bounds memory
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    log_rollouts: bool = True
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10  # steps between evaluations; 0 = only before and after
+    num_tasks: int = 200  # held-out tasks (the first N of the test split)
+    greedy: bool = True
+    pass_k: int = 0  # >0: also sample k attempts at the rollout temperature
+    at_start: bool = True
+
+
+@dataclass
+class WarmStartConfig:
+    """Offline SFT on an environment's demonstrations before RL (cached per machine)."""
+
+    enabled: bool = False
+    num_demos: int = 2000
+    steps: int = 300
+    lr: float = 1e-3
+    batch_size: int = 32
+    corruption: float = 0.5  # share of demonstrations with a deliberately imperfect answer
+    seed: int = 0
+
+
+@dataclass
+class Config:
+    name: str = "run"
+    output_dir: str | None = None  # default runs/<name>
+    seed: int = 0
+    resume: bool = False
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) if self.output_dir else Path("runs") / self.name
+
+
+# -- loading ---------------------------------------------------------------------------
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted for floats."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arm in get_args(tp):
+            try:
+                return _coerce(value, arm, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}: {value!r} is not a valid {_type_name(tp)}")
+    if origin is Literal:
+        if value in get_args(tp):
+            return value
+        raise ConfigError(f"{where}: {value!r} is not one of {list(get_args(tp))}")
+    if tp is type(None):
+        if value is None:
+            return None
+        raise ConfigError(f"{where}: expected null, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping of {sorted(f.name for f in dataclasses.fields(tp))}")
+        return _build(tp, value, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item,) = get_args(tp) or (Any,)
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        if key not in hints or key not in names:
+            raise ConfigError(f"unknown config key '{path}'; valid keys here: {', '.join(names)}")
+        kwargs[key] = _coerce(value, hints[key], path)
+    return cls(**kwargs)
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override '{dotted}': '{p}' is not a section")
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["algo.eps_high=0.28", "name=x"]`` -> nested dict; values parsed as YAML scalars."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        _set_path(tree, key.strip(), yaml.safe_load(raw) if raw != "" else "")
+    return tree
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config (or defaults when ``path`` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        data = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections")
+    data = _merge(data, parse_overrides(overrides or []))
+    return _build(Config, data)
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))

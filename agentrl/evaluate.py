@@ -1,0 +1,64 @@
+"""Held-out evaluation: greedy accuracy per task family, and optional pass@k."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from agentrl.rollout import RolloutRunner
+from agentrl.types import Task, Trajectory
+
+
+@dataclass
+class EvalResult:
+    accuracy: float  # greedy (or temperature when greedy is off) mean reward
+    by_family: dict[str, float]
+    pass_k: float | None = None
+    k: int = 0
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        out = {"eval/accuracy": self.accuracy}
+        out.update({f"eval/accuracy/{f}": v for f, v in sorted(self.by_family.items())})
+        if self.pass_k is not None:
+            out[f"eval/pass@{self.k}"] = self.pass_k
+        return out
+
+
+def score_all(env, tasks_by_id: dict[str, Task], trajs: list[Trajectory]) -> None:
+    """Fill ``reward`` (and the checker's info under ``metadata['score']``) in place."""
+    for t in trajs:
+        task = tasks_by_id[t.metadata["task_id"]]
+        s = env.score(task, t.messages)
+        t.reward = float(s.reward)
+        t.metadata["score"] = dict(s.info)
+
+
+def evaluate(runner: RolloutRunner, env, tasks: list[Task], *, greedy: bool = True, pass_k: int = 0,
+             seed: int = 0) -> EvalResult:
+    """Run every task once (greedy by default) and, if ``pass_k``, k samples each."""
+    by_id = {t.id: t for t in tasks}
+    base_cfg = runner.config
+    try:
+        if greedy:
+            runner.config = dataclasses.replace(base_cfg, temperature=0.0)
+        batch = runner.run(tasks, 1, env.system_prompt, seed=seed, group_prefix="eval/")
+        score_all(env, by_id, batch.trajectories)
+        trajs = batch.trajectories
+        fam: dict[str, list[float]] = defaultdict(list)
+        for t in trajs:
+            fam[by_id[t.metadata["task_id"]].family].append(t.reward or 0.0)
+        acc = sum(t.reward or 0.0 for t in trajs) / max(1, len(trajs))
+        result = EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
+        if pass_k > 0:
+            runner.config = base_cfg
+            kb = runner.run(tasks, pass_k, env.system_prompt, seed=seed + 1, group_prefix="eval/")
+            score_all(env, by_id, kb.trajectories)
+            solved = defaultdict(bool)
+            for t in kb.trajectories:
+                solved[t.group_id] |= (t.reward or 0.0) >= 1.0
+            result.pass_k, result.k = sum(solved.values()) / max(1, len(solved)), pass_k
+        return result
+    finally:
+        runner.config = base_cfg

@@ -1,0 +1,148 @@
+"""Stream trajectories from JSONL files, one line at a time, reporting bad lines.
+
+A viewer exists to look at broken data, so reading never stops at the first problem:
+a malformed line, a truncated last line (a run killed mid-write) or a missing field is
+reported as ``file:line: what`` and reading goes on. A trajectory that breaks an
+invariant of DESIGN.md (e.g. a mask off by one) is still yielded, with a warning, so
+the user can see the bug.
+
+Example::
+
+    import tempfile, os
+    from agentrl.types import Span, Trajectory
+    t = Trajectory(token_ids=[1, 2], prompt_len=1, loss_mask=[0, 1], logprobs=[0.0, -0.5],
+                   spans=[Span(0, 1, "prompt"), Span(1, 2, "model")], messages=[])
+    path = os.path.join(tempfile.mkdtemp(), "r.jsonl")
+    with open(path, "w") as f:
+        f.write(t.to_json() + "\\n" + '{"token_ids": [1')   # second line truncated
+    items = list(iter_file(RolloutFile(Path(path), None)))
+    assert isinstance(items[0], Record) and items[0].line == 1
+    assert isinstance(items[1], Problem) and "truncated" in items[1].what
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from agentrl.inspect.sources import RolloutFile
+from agentrl.types import Message, Span, ToolCallRecord, Trajectory
+
+# Fields every line written by Trajectory.to_json carries (old_logprobs is optional).
+EXPECTED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Trajectory) if f.name != "old_logprobs")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong at ``path:line``. ``skipped`` is True when the line is not shown."""
+
+    path: Path
+    line: int
+    what: str
+    skipped: bool
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.what}"
+
+
+@dataclass
+class Record:
+    """A trajectory and where it came from."""
+
+    trajectory: Trajectory
+    path: Path
+    line: int
+    step: int | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _derived_spans(mask: list[int], prompt_len: int) -> list[Span]:
+    """Spans rebuilt from the mask when a line has none: mask runs -> model / unknown."""
+    spans: list[Span] = []
+    for i, m in enumerate(mask):
+        kind = "prompt" if i < prompt_len else ("model" if m else "unknown")
+        if spans and spans[-1].kind == kind:
+            spans[-1].end = i + 1
+        else:
+            spans.append(Span(i, i + 1, kind))
+    return spans
+
+
+def parse_trajectory(d: dict[str, Any]) -> tuple[Trajectory, list[str]]:
+    """Build a Trajectory from a decoded line, filling missing fields; returns (traj, notes).
+
+    Raises KeyError/TypeError/ValueError when the line cannot be shown at all.
+    """
+    if "token_ids" not in d:
+        raise KeyError("token_ids")
+    notes: list[str] = []
+    missing = [k for k in EXPECTED_FIELDS if k not in d]
+    if missing:
+        notes.append("missing field" + ("s " if len(missing) > 1 else " ") + ", ".join(missing))
+    ids = [int(x) for x in d["token_ids"]]
+    n = len(ids)
+    mask = [int(x) for x in d.get("loss_mask", [0] * n)]
+    prompt_len = int(d.get("prompt_len", 0))
+    raw_spans = d.get("spans")
+    spans = [Span(int(s["start"]), int(s["end"]), str(s["kind"])) for s in raw_spans] if raw_spans is not None \
+        else _derived_spans(mask, prompt_len)
+    old = d.get("old_logprobs")
+    t = Trajectory(
+        token_ids=ids,
+        prompt_len=prompt_len,
+        loss_mask=mask,
+        logprobs=[float(x) for x in d.get("logprobs", [0.0] * n)],
+        spans=spans,
+        messages=[Message.from_chat(m) for m in d.get("messages", [])],
+        tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
+        reward=None if d.get("reward") is None else float(d["reward"]),
+        advantage=None if d.get("advantage") is None else float(d["advantage"]),
+        group_id=str(d.get("group_id", "")),
+        sample_index=int(d.get("sample_index", 0)),
+        finish_reason=str(d.get("finish_reason", "stop")),
+        policy_version=int(d.get("policy_version", 0)),
+        metadata=dict(d.get("metadata") or {}),
+        old_logprobs=None if old is None else [float(x) for x in old],
+    )
+    try:
+        t.check()
+    except ValueError as e:
+        notes.append(f"invariant broken: {e}")
+    return t, notes
+
+
+def iter_file(f: RolloutFile) -> Iterator[Record | Problem]:
+    """Yield a Record per readable line and a Problem per bad one, in file order."""
+    with open(f.path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                d = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                if not raw.endswith(b"\n"):
+                    what = "truncated last line (no newline at end: the writer was likely killed mid-write)"
+                else:
+                    what = f"malformed JSON ({e.msg if isinstance(e, json.JSONDecodeError) else e})"
+                yield Problem(f.path, lineno, what, skipped=True)
+                continue
+            if not isinstance(d, dict):
+                yield Problem(f.path, lineno, f"expected a JSON object, got {type(d).__name__}", skipped=True)
+                continue
+            try:
+                t, notes = parse_trajectory(d)
+            except KeyError as e:
+                yield Problem(f.path, lineno, f"missing field {e.args[0]} (line skipped)", skipped=True)
+                continue
+            except (TypeError, ValueError, AttributeError) as e:
+                yield Problem(f.path, lineno, f"bad field value: {e} (line skipped)", skipped=True)
+                continue
+            for note in notes:
+                yield Problem(f.path, lineno, note, skipped=False)
+            yield Record(t, f.path, lineno, f.step)

@@ -1,0 +1,92 @@
+"""Per-file summary rows, accumulated one trajectory at a time (no list of trajectories kept).
+
+A group has zero variance when all its rewards are equal (max - min <= 1e-6): its
+advantages are all 0, so it gives no learning signal (DESIGN.md, the objective).
+
+Example::
+
+    from agentrl.types import Trajectory
+    acc = SummaryAccumulator("step 1")
+    for g, r in [("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0)]:
+        acc.add(Trajectory([1, 2], 1, [0, 1], [0.0, -0.1], [], [], reward=r, group_id=g))
+    row = acc.row()
+    assert (row.attempts, row.groups, row.zero_variance_groups) == (4, 2, 1)
+    assert row.reward_mean == 0.75
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from agentrl.types import Trajectory
+
+ZERO_VARIANCE_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One line of the summary table (a step or a file)."""
+
+    label: str
+    attempts: int
+    reward_mean: float | None
+    groups: int
+    zero_variance_groups: int
+    finish_reasons: dict[str, int]
+    tool_calls: int
+    tool_errors: int
+    mean_tokens: float
+    model_token_frac: float  # share of tokens with loss_mask == 1
+    problems: int
+
+    @property
+    def finish_text(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(self.finish_reasons.items(), key=lambda kv: -kv[1]))
+
+
+@dataclass
+class SummaryAccumulator:
+    """Streaming statistics of one file; ``add`` each trajectory, then ``row()``."""
+
+    label: str
+    attempts: int = 0
+    _reward_sum: float = 0.0
+    _rewarded: int = 0
+    _group_range: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _finish: Counter = field(default_factory=Counter)
+    _tool_calls: int = 0
+    _tool_errors: int = 0
+    _tokens: int = 0
+    _model_tokens: int = 0
+    problems: int = 0
+
+    def add(self, t: Trajectory) -> None:
+        self.attempts += 1
+        self._finish[t.finish_reason] += 1
+        self._tool_calls += len(t.tool_calls)
+        self._tool_errors += sum(1 for c in t.tool_calls if c.error)
+        self._tokens += len(t.token_ids)
+        self._model_tokens += sum(t.loss_mask)
+        if t.reward is None:
+            return
+        self._reward_sum += t.reward
+        self._rewarded += 1
+        lo, hi = self._group_range.get(t.group_id, (t.reward, t.reward))
+        self._group_range[t.group_id] = (min(lo, t.reward), max(hi, t.reward))
+
+    def row(self) -> SummaryRow:
+        n = self.attempts
+        return SummaryRow(
+            label=self.label,
+            attempts=n,
+            reward_mean=self._reward_sum / self._rewarded if self._rewarded else None,
+            groups=len(self._group_range),
+            zero_variance_groups=sum(1 for lo, hi in self._group_range.values() if hi - lo <= ZERO_VARIANCE_TOL),
+            finish_reasons=dict(self._finish),
+            tool_calls=self._tool_calls,
+            tool_errors=self._tool_errors,
+            mean_tokens=self._tokens / n if n else 0.0,
+            model_token_frac=self._model_tokens / self._tokens if self._tokens else 0.0,
+            problems=self.problems,
+        )

@@ -1,0 +1,359 @@
+"""Tools: plain Python functions the agent can call, and the ToolBox that runs them safely.
+
+``@tool`` turns a function (sync or async) into a :class:`Tool`: the name comes from the
+function, the description and per-argument descriptions from its Google-style docstring, the
+JSON schema from its type hints (mapping in :mod:`agentrl.tool_schema`). A parameter annotated
+:class:`ToolContext` receives the per-trajectory context and is hidden from the schema.
+
+:meth:`ToolBox.execute` never raises: an unknown tool, bad arguments, an exception inside the
+tool, a timeout or an oversized result all come back as a short observation for the model plus
+an error kind in :class:`ToolResult`. Timeouts come from the tool (``@tool(timeout=...)``) or
+the ToolBox default, never from the model's arguments.
+
+Example::
+
+    import asyncio
+    from agentrl.tool import ToolBox, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        '''Add two integers.
+
+        Args:
+            a: first term
+            b: second term
+        '''
+        return a + b
+
+    box = ToolBox([add])
+    ctx = box.new_context("traj-0")
+    assert asyncio.run(box.execute("add", {"a": 1, "b": 2}, ctx)).content == "3"
+    r = asyncio.run(box.execute("mul", {}, ctx))
+    assert r.error == "unknown_tool" and r.content == "Error: unknown tool 'mul'. Available tools: add."
+    assert add(a=1, b=2) == 3   # still callable as the function
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import json
+import logging
+import threading
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from jsonschema import Draft202012Validator
+
+from agentrl.tool_output import cap_tokens, to_text
+from agentrl.tool_schema import argument_errors, coerce_integers, function_schema, signature_hint
+
+__all__ = ["tool", "Tool", "ToolBox", "ToolContext", "ToolResult", "cap_tokens"]
+
+log = logging.getLogger(__name__)
+
+_MAX_ERROR_CHARS = 500
+
+
+@dataclass
+class ToolContext:
+    """Per-trajectory context injected into tools that declare a parameter annotated
+    ``ToolContext``. Not part of the schema the model sees.
+
+    ``state`` holds per-trajectory objects of stateful tools (an interpreter session, a
+    scratch directory); ``on_close`` registers their cleanup, run by :meth:`ToolBox.close`.
+    """
+
+    trajectory_id: str
+    state: dict[str, object] = field(default_factory=dict)
+    _cleanups: list[Callable[[], object]] = field(default_factory=list, repr=False)
+
+    def on_close(self, fn: Callable[[], object]) -> None:
+        """Register a cleanup (sync, async, or returning an awaitable); cleanups run last-in
+        first-out when the trajectory ends."""
+        self._cleanups.append(fn)
+
+
+@dataclass
+class ToolResult:
+    """Outcome of one tool call, as the rollout records it."""
+
+    content: str  # the observation the model sees (already capped)
+    error: str | None  # None on success; "unknown_tool" | "invalid_arguments" | "exception" | "timeout" | "parse_error"
+    latency_s: float
+    truncated: bool  # output was capped
+
+
+class ToolTimeout(Exception):
+    """A tool ran past its time limit (internal; becomes a ``timeout`` ToolResult)."""
+
+
+class Tool:
+    """A function plus what the model is told about it. Build with :func:`tool`.
+
+    ``parameters`` may be passed to replace the schema derived from the type hints (the
+    arguments are then validated against it as given).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_output_tokens: int | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"@tool needs a function, got {fn!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"tool timeout must be positive seconds or None, got {timeout}")
+        if max_output_tokens is not None and max_output_tokens < 1:
+            raise ValueError(f"max_output_tokens must be at least 1 or None, got {max_output_tokens}")
+        self.fn = fn
+        self.name: str = name or getattr(fn, "__name__", "")
+        if not self.name.isidentifier():
+            raise ValueError(f"tool name {self.name!r} is not an identifier; pass @tool(name='...')")
+        self._context_param = _context_parameter(fn)
+        derived = function_schema(fn, skip={self._context_param} if self._context_param else set())
+        self.description: str = description if description is not None else derived.description
+        self.parameters: dict[str, Any] = parameters if parameters is not None else derived.parameters
+        Draft202012Validator.check_schema(self.parameters)
+        self._validator = Draft202012Validator(self.parameters)
+        self.timeout = timeout
+        self.max_output_tokens = max_output_tokens
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the original function directly (no validation, no timeout)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({signature_hint(self.name, self.parameters)})"
+
+    def schema(self) -> dict[str, Any]:
+        """``{"type": "function", "function": {"name", "description", "parameters"}}``, the shape
+        chat templates and OpenAI-style APIs take."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
+        """Short problems with ``arguments`` against the schema; empty when valid."""
+        return argument_errors(self._validator, arguments)
+
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        """Raw call: no validation, no timeout, may raise. Sync functions run in a worker thread."""
+        kwargs = dict(arguments)
+        if self._context_param:
+            kwargs[self._context_param] = context
+        try:
+            if self.is_async:
+                value = await self.fn(**kwargs)
+            else:
+                value = await _in_thread(self.fn, kwargs, self.name)
+            if inspect.isawaitable(value):
+                value = await value
+        except SystemExit as exc:
+            # Inside a task SystemExit would escape to the event loop and stop every rollout.
+            raise RuntimeError(f"tool called exit({exc.code})") from exc
+        return to_text(value)
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    max_output_tokens: int | None = None,
+) -> Any:
+    """Make a :class:`Tool` from a function: ``@tool`` or ``@tool(name=..., timeout=...)``.
+
+    >>> @tool(name="plus", timeout=5)
+    ... def add(a: int, b: int = 1) -> int:
+    ...     '''Add.'''
+    ...     return a + b
+    >>> add.name, add.timeout, add.parameters["required"], add(a=2)
+    ('plus', 5, ['a'], 3)
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, timeout=timeout, max_output_tokens=max_output_tokens)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolBox:
+    """The tools of an environment and the policy for running them.
+
+    Sync tools run in their own daemon thread, so a slow one never blocks the event loop; on
+    timeout it is abandoned (Python cannot kill a thread) while async tools are cancelled. A
+    fresh thread per call rather than a shared pool: a few hung tools would otherwise fill the
+    pool and make every later call time out while queued, and would block interpreter exit.
+    """
+
+    def __init__(
+        self,
+        tools: list[Tool],
+        tokenizer: Any = None,
+        default_timeout: float | None = 30.0,
+        max_output_tokens: int = 1024,
+    ) -> None:
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            t = t if isinstance(t, Tool) else Tool(t)
+            if t.name in self.tools:
+                raise ValueError(f"two tools are named {t.name!r}; rename one with @tool(name='...')")
+            self.tools[t.name] = t
+        self.tokenizer = tokenizer
+        self.default_timeout = default_timeout
+        self.max_output_tokens = max_output_tokens
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The schema of every tool, in order, for the chat template's ``tools=`` argument."""
+        return [t.schema() for t in self.tools.values()]
+
+    def new_context(self, trajectory_id: str) -> ToolContext:
+        """A fresh context for one trajectory; pass it to every ``execute`` of that trajectory."""
+        return ToolContext(trajectory_id=trajectory_id)
+
+    async def execute(self, name: str, arguments: dict[str, Any] | str, context: ToolContext) -> ToolResult:
+        """Run one call and describe the outcome to the model. Never raises (except when the
+        caller cancels it). ``arguments`` may also be the raw JSON text of the call."""
+        start = time.perf_counter()
+
+        def done(content: str, error: str | None, max_tokens: int | None = None) -> ToolResult:
+            text, cut = cap_tokens(content, self.tokenizer, max_tokens or self.max_output_tokens)
+            return ToolResult(content=text, error=error, latency_s=time.perf_counter() - start, truncated=cut)
+
+        t = self.tools.get(name) if isinstance(name, str) else None
+        if t is None:
+            available = ", ".join(self.tools) or "none"
+            return done(f"Error: unknown tool {_quote(name)}. Available tools: {available}.", "unknown_tool")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                return done(f"Error: arguments for tool '{t.name}' are not valid JSON ({exc}).", "parse_error")
+        if arguments is None:
+            arguments = {}
+        expected = f"Expected: {signature_hint(t.name, t.parameters)}."
+        if not isinstance(arguments, dict):
+            return done(f"Error: arguments for tool '{t.name}' must be a JSON object. {expected}", "invalid_arguments")
+        problems = t.argument_errors(arguments)
+        if problems:
+            return done(f"Error: invalid arguments for tool '{t.name}': {'; '.join(problems[:5])}. {expected}", "invalid_arguments")
+        timeout = t.timeout if t.timeout is not None else self.default_timeout
+        try:
+            content = await _with_timeout(t.invoke(coerce_integers(arguments, t.parameters), context), timeout)
+        except ToolTimeout:
+            return done(f"Error: tool '{t.name}' timed out after {timeout:g}s.", "timeout")
+        except Exception as exc:  # the tool's own bug or bad input: the model reads it, the rollout goes on
+            log.debug("tool %s raised", t.name, exc_info=True)
+            return done(f"Error: tool '{t.name}' raised {_last_line(exc)}", "exception")
+        return done(content, None, t.max_output_tokens)
+
+    async def close(self, context: ToolContext) -> None:
+        """Run the context's cleanups, last registered first; failures are logged, never raised.
+        Each cleanup gets the ToolBox default timeout. Safe to call twice."""
+        cleanups, context._cleanups = context._cleanups[::-1], []
+        for fn in cleanups:
+            try:
+                await _with_timeout(_call_cleanup(fn), self.default_timeout)
+            except Exception:
+                log.warning("cleanup %r of trajectory %s failed", fn, context.trajectory_id, exc_info=True)
+
+
+async def _call_cleanup(fn: Callable[[], object]) -> None:
+    value = await fn() if inspect.iscoroutinefunction(fn) else await _in_thread(fn, {}, "cleanup")
+    if inspect.isawaitable(value):
+        await value
+
+
+def _context_parameter(fn: Callable[..., Any]) -> str | None:
+    """Name of the parameter annotated ``ToolContext`` (or ``ToolContext | None``), if any."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return None  # function_schema reports unresolvable hints with a better message
+    for pname, hint in hints.items():
+        candidates = typing.get_args(hint) if typing.get_origin(hint) in _UNIONS else (hint,)
+        if any(isinstance(c, type) and issubclass(c, ToolContext) for c in candidates):
+            return pname
+    return None
+
+
+_UNIONS: tuple[object, ...] = (typing.Union, getattr(types, "UnionType", typing.Union))
+
+
+async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+    """Run ``fn(**kwargs)`` in a new daemon thread; awaiting can be cancelled (the thread is
+    then abandoned and its result dropped)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def deliver(ok: bool, value: Any) -> None:
+        if future.done():  # timed out or cancelled meanwhile
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def work() -> None:
+        try:
+            value, ok = ctx.run(fn, **kwargs), True
+        except Exception as exc:
+            value, ok = exc, False
+        except BaseException as exc:  # SystemExit in a thread: report, don't vanish
+            value, ok = RuntimeError(f"tool exited with {type(exc).__name__}: {exc}"), False
+        try:
+            loop.call_soon_threadsafe(deliver, ok, value)
+        except RuntimeError:
+            pass  # the event loop is closed: nobody is waiting any more
+
+    threading.Thread(target=work, name=f"tool-{name}", daemon=True).start()
+    return await future
+
+
+async def _with_timeout(awaitable: Awaitable[Any], timeout: float | None) -> Any:
+    """Await with a limit. Unlike ``asyncio.wait_for`` this does not wait for a cancelled tool
+    to acknowledge cancellation, so a tool that swallows CancelledError cannot hang the caller."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        finished, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not finished:
+        task.cancel()
+        task.add_done_callback(_drop_result)
+        raise ToolTimeout()
+    return task.result()
+
+
+def _drop_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieve it so asyncio does not log "exception was never retrieved"
+
+
+def _last_line(exc: BaseException) -> str:
+    """``ZeroDivisionError: division by zero``: the last traceback line, cut to a sane length."""
+    message = str(exc).strip()
+    line = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return line if len(line) <= _MAX_ERROR_CHARS else line[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+def _quote(name: object) -> str:
+    text = name if isinstance(name, str) else repr(name)
+    return "'" + (text if len(text) <= 100 else text[:97] + "...") + "'"

@@ -1,0 +1,271 @@
+"""The GRPO training loop: sample -> verify -> reinforce, with a run directory you can read.
+
+Example (a 1-step run of the arithmetic example on the tiny model)::
+
+    from agentrl import load_config, train
+    cfg = load_config("examples/arithmetic_ci.yaml", ["train.steps=1", "output_dir=/tmp/agentrl-doc"])
+    result = train(cfg)
+    print(result.run_dir, result.final_eval)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from agentrl.build import load_model_and_tokenizer, make_env, resolve_model_path, set_threads
+from agentrl.chat import ChatTemplate
+from agentrl.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
+from agentrl.config import Config, ConfigError, config_to_dict, save_config
+from agentrl.engines.hf import HFEngine
+from agentrl.evaluate import EvalResult, evaluate, score_all
+from agentrl.metrics import MetricsWriter, plot_curves, truncate_metrics
+from agentrl.objective import describe_objective
+from agentrl.rollout import RolloutRunner
+from agentrl.tool import ToolBox
+from agentrl.types import Task, Trajectory, write_jsonl
+from agentrl.update import UpdateStats, compute_advantages, grpo_update
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps_done: int
+    first_eval: float | None
+    final_eval: float | None
+
+
+def _lr_lambda(schedule: str, warmup: int, total: int):
+    def f(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        frac = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.5 * (1 + math.cos(math.pi * frac)) if schedule == "cosine" else 1.0 - frac
+
+    return f
+
+
+class Trainer:
+    """Owns the model, engine, environment and run directory of one training run."""
+
+    def __init__(self, cfg: Config, *, log=print):
+        self.cfg = cfg
+        self.log = log
+        self.run_dir = cfg.run_dir
+        self.threads = set_threads(cfg.model.num_threads)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.env = make_env(cfg)
+        self.state = TrainState(step=0, policy_version=0)
+        ckpt = None
+        if cfg.resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is None:
+                self.log(f"resume: no checkpoint in {self.run_dir}; starting fresh")
+        elif (self.run_dir / "checkpoints").exists() and any((self.run_dir / "checkpoints").iterdir()):
+            raise ConfigError(
+                f"{self.run_dir} already holds checkpoints; pass resume=true to continue it "
+                "or output_dir=... for a new run"
+            )
+        self.model_path = str(ckpt / "model") if ckpt else resolve_model_path(cfg, self.env)
+        self.model, self.tokenizer = load_model_and_tokenizer(self.model_path, cfg.model.device)
+        self.ref_model = None
+        if cfg.algo.kl_coef > 0:
+            base = resolve_model_path(cfg, self.env) if ckpt else self.model_path
+            self.ref_model = load_model_and_tokenizer(base, cfg.model.device)[0] if ckpt else copy.deepcopy(self.model)
+            self.ref_model.requires_grad_(False).eval()
+        self.engine = HFEngine(self.model, self.tokenizer, seed=cfg.seed, num_threads=self.threads)
+        self.chat = ChatTemplate(self.tokenizer, cfg.model.template)
+        self.toolbox = ToolBox(self.env.tools(), tokenizer=self.tokenizer, default_timeout=cfg.tools.timeout,
+                               max_output_tokens=cfg.tools.max_output_tokens)
+        self.runner = RolloutRunner(self.engine, self.chat, self.toolbox, cfg.rollout)
+        self.train_tasks: list[Task] = self.env.tasks("train")
+        self.test_tasks: list[Task] = self.env.tasks("test")[: cfg.eval.num_tasks]
+        self.tasks_by_id = {t.id: t for t in self.train_tasks}
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr,
+                                           betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _lr_lambda(cfg.optim.schedule, cfg.optim.warmup_steps, cfg.train.steps))
+        if ckpt is not None:
+            self.state = load_checkpoint_state(ckpt, self.optimizer, self.scheduler)
+            self.engine.policy_version = self.state.policy_version
+            self._drop_after(self.state.step)
+            self.log(f"resumed from {ckpt} (step {self.state.step})")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "rollouts").mkdir(exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.metrics = MetricsWriter(self.run_dir)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _drop_after(self, step: int) -> None:
+        """Forget what a killed run wrote after its last checkpoint."""
+        truncate_metrics(self.run_dir / "metrics.jsonl", step)
+        for p in (self.run_dir / "rollouts").glob("*step_*.jsonl"):
+            if int(p.stem.rsplit("_", 1)[1]) > step:
+                p.unlink()
+
+    def _checkpoint(self) -> Path:
+        import yaml
+
+        return save_checkpoint(self.run_dir, self.state, self.model, self.tokenizer, self.optimizer,
+                               self.scheduler, yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False),
+                               keep=self.cfg.train.keep_checkpoints)
+
+    # -- phases ---------------------------------------------------------------------------
+
+    def sample_tasks(self, step: int, n: int, draw: int = 0) -> list[Task]:
+        rng = random.Random(self.cfg.seed * 1_000_003 + step * 9_973 + draw * 101)
+        if n <= len(self.train_tasks):
+            return rng.sample(self.train_tasks, n)
+        return [rng.choice(self.train_tasks) for _ in range(n)]
+
+    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """Roll out, score and (DAPO dynamic sampling) refill until the batch has signal."""
+        cfg = self.cfg
+        G = cfg.algo.num_samples
+        trajs: list[Trajectory] = []
+        t_roll = t_tools = 0.0
+        draws = 0
+        while True:
+            tasks = self.sample_tasks(step, cfg.train.prompts_per_step, draws)
+            batch = self.runner.run(tasks, G, self.env.system_prompt, seed=cfg.seed * 7 + step * 131 + draws,
+                                    group_prefix=f"s{step}d{draws}/")
+            score_all(self.env, self.tasks_by_id, batch.trajectories)
+            t_roll += batch.stats.total_s
+            t_tools += batch.stats.tools_s
+            trajs.extend(batch.trajectories)
+            draws += 1
+            if not (cfg.algo.drop_zero_variance and cfg.algo.refill_batch) or draws > cfg.algo.max_refills:
+                break
+            if self._signal_groups(trajs) >= cfg.train.prompts_per_step:
+                break
+        return trajs, {"time/rollout": t_roll, "time/tools": t_tools, "batch/draws": float(draws)}
+
+    @staticmethod
+    def _signal_groups(trajs: list[Trajectory]) -> int:
+        by: dict[str, set] = {}
+        for t in trajs:
+            by.setdefault(t.group_id, set()).add(t.reward)
+        return sum(len(v) > 1 for v in by.values())
+
+    def run_eval(self, step: int) -> EvalResult:
+        e = self.cfg.eval
+        res = evaluate(self.runner, self.env, self.test_tasks, greedy=e.greedy, pass_k=e.pass_k,
+                       seed=self.cfg.seed + 17)
+        write_jsonl(str(self.run_dir / "rollouts" / f"eval_step_{step:06d}.jsonl"), res.trajectories)
+        return res
+
+    def step_metrics(self, trajs: list[Trajectory], st: UpdateStats, zero_var: int, n_groups: int,
+                     filt) -> dict[str, float]:
+        n = max(1, len(trajs))
+        rewards = np.array([t.reward or 0.0 for t in trajs])
+        calls = sum(len(t.tool_calls) for t in trajs)
+        errors = sum(1 for t in trajs for c in t.tool_calls if c.error)
+        return {
+            "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+            "groups/zero_variance_frac": zero_var / max(1, n_groups),
+            "groups/with_signal": float(n_groups - zero_var),
+            "tools/calls_per_traj": calls / n, "tools/error_rate": errors / max(1, calls),
+            "turns/mean": sum(t.metadata.get("turns", 0) for t in trajs) / n,
+            "finish/length_frac": sum(t.finish_reason == "length" for t in trajs) / n,
+            "finish/max_turns_frac": sum(t.finish_reason == "max_turns" for t in trajs) / n,
+            "response/len_mean": sum(t.num_model_tokens for t in trajs) / n,
+            "void_turns/frac": sum(t.metadata.get("void_turns", 0) > 0 for t in trajs) / n,
+            "filter/dropped_zero_variance": float(filt.dropped_zero_variance),
+            "filter/masked_truncated": float(filt.masked_truncated),
+            "filter/dropped_void": float(filt.dropped_void),
+            "loss": st.loss, "pg_loss": st.pg_loss, "clip_frac": st.clip_frac, "kl": st.kl,
+            "entropy": st.entropy, "grad_norm": st.grad_norm, "ratio/mean": st.ratio_mean,
+            "ratio/max": st.ratio_max, "mismatch/abs_mean": st.mismatch_mean,
+            "mismatch/abs_max": st.mismatch_max, "is/weight_mean": st.is_weight_mean,
+            "is/trunc_frac": st.is_trunc_frac, "train/attempts": float(st.trained_attempts),
+            "train/tokens": float(st.trained_tokens), "lr": self.scheduler.get_last_lr()[0],
+            "policy_version": float(self.engine.policy_version),
+        }
+
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        trajs, timing = self.collect(step)
+        adv, filt = compute_advantages(trajs, cfg.algo)
+        keep = filt.keep.tolist()
+        for t, k in zip(trajs, keep):
+            if not k:
+                t.metadata["filtered"] = True
+        t1 = time.perf_counter()
+        st = grpo_update(
+            self.model, self.optimizer, self.scheduler, trajs, keep, cfg.algo,
+            temperature=cfg.rollout.temperature, micro_batch_tokens=cfg.train.micro_batch_tokens,
+            num_iterations=cfg.train.num_iterations, max_grad_norm=cfg.optim.max_grad_norm,
+            pad_id=self.tokenizer.pad_token_id, norm_len=cfg.algo.norm_len or cfg.rollout.max_total_tokens,
+            ref_model=self.ref_model, device=cfg.model.device,
+        )
+        self.engine.sync_weights()
+        timing["time/update"] = time.perf_counter() - t1
+        if cfg.train.log_rollouts:
+            write_jsonl(str(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"), trajs)
+        m = self.step_metrics(trajs, st, int(adv.zero_variance.sum()), len(adv.zero_variance), filt)
+        m.update(timing)
+        m["time/step"] = time.perf_counter() - t0
+        return m
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def train(self) -> TrainResult:
+        cfg = self.cfg
+        self.log(describe_objective(cfg))
+        iso = {getattr(t, "isolation_level", None) for t in self.env.tools()} - {None}
+        if iso:
+            self.log(f"tool isolation: {', '.join(sorted(iso))}")
+        first = final = None
+        start = self.state.step + 1
+        if start == 1 and cfg.eval.at_start:
+            res = self.run_eval(0)
+            first = res.accuracy
+            self.metrics.log(0, res.metrics())
+            self.log(f"step 0 eval/accuracy={res.accuracy:.3f} "
+                     + " ".join(f"{k}={v:.2f}" for k, v in sorted(res.by_family.items())))
+        bar = tqdm(range(start, cfg.train.steps + 1), desc="GRPO", unit="step", dynamic_ncols=True,
+                   initial=start - 1, total=cfg.train.steps)
+        try:
+            for step in bar:
+                m = self.train_step(step)
+                self.state = TrainState(step=step, policy_version=self.engine.policy_version)
+                is_last = step == cfg.train.steps
+                if (cfg.eval.every and step % cfg.eval.every == 0) or is_last:
+                    res = self.run_eval(step)
+                    m.update(res.metrics())
+                    final = res.accuracy
+                self.metrics.log(step, m)
+                bar.set_postfix(reward=f"{m['reward/mean']:.2f}", step_s=f"{m['time/step']:.1f}",
+                                **({"eval": f"{final:.2f}"} if final is not None else {}))
+                if step % max(1, cfg.train.checkpoint_every) == 0 or is_last:
+                    self._checkpoint()
+                plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "plots" / "curves.png", cfg.name)
+        except KeyboardInterrupt:
+            self.log(f"interrupted: saving a checkpoint of step {self.state.step}")
+            if self.state.step > 0:
+                self._checkpoint()
+            raise
+        finally:
+            bar.close()
+            self.metrics.close()
+        return TrainResult(self.run_dir, self.state.step, first, final)
+
+
+def train(cfg: Config) -> TrainResult:
+    """Build everything from ``cfg`` and train; returns where the run was written."""
+    return Trainer(cfg).train()
+
