@@ -310,7 +310,7 @@ def aggregate(
         return x.sum() / _denominator("total_tokens", total_tokens, int(lens.sum()))
     g = _denominator("total_seqs", total_seqs, int((lens > 0).sum()))
     if mode == "seq-mean-token-mean":
-        return (x.sum(dim=1) / lens.clamp(min=1).to(x.dtype)).sum() / g
+        return (x.sum(dim=1) / lens.clamp(min=1).to(x.dtype)).mean()
     if norm_len is None or norm_len <= 0:
         raise ValueError(
             "agg='seq-mean-token-sum-norm' needs norm_len = the generation budget in tokens "
@@ -405,7 +405,7 @@ def policy_loss(
     if dual_clip is not None:
         cap = -dual_clip * adv  # > 0 exactly where A < 0
         dual = m & (adv < 0) & (pg > cap)
-        pg = torch.where(adv < 0, torch.maximum(pg, cap), pg)
+        pg = torch.where(adv < 0, torch.minimum(pg, cap), pg)
     if is_weights is not None:
         pg = pg * torch.where(m, is_weights.detach().to(pg.dtype), zero)
     per_token = pg

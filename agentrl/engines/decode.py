@@ -68,6 +68,7 @@ class StockDecoder:
         self.next_pos = self.next_pos + 1
         return out.logits[:, -1].float()
 
+    @torch.no_grad()
     def keep(self, rows: Tensor) -> None:
         self.cache.reorder_cache(rows)
         self.mask = self.mask[rows]
@@ -229,6 +230,7 @@ class FastDecoder:
         self.next_pos = self.next_pos + 1
         return self._logits(x)
 
+    @torch.inference_mode()
     def keep(self, rows: Tensor) -> None:
         """Drop finished rows: keep only ``rows`` (indices into the current batch)."""
         self.k_cache = [k[rows] for k in self.k_cache]

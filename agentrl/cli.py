@@ -1,0 +1,77 @@
+"""The ``agentrl`` command: train | eval | inspect | check-template."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from agentrl.config import load_config
+    from agentrl.trainer import Trainer
+
+    cfg = load_config(args.config, args.overrides)
+    try:
+        result = Trainer(cfg).train()
+    except KeyboardInterrupt:
+        print(f"stopped; resume with: agentrl train {args.config} resume=true", file=sys.stderr)
+        return 130
+    print(f"run written to {result.run_dir}  (eval accuracy: first={result.first_eval}, final={result.final_eval})")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from agentrl.config import load_config
+    from agentrl.eval_cli import run_eval_checkpoint
+
+    cfg = load_config(args.config, args.overrides)
+    res = run_eval_checkpoint(cfg, args.checkpoint)
+    print(json.dumps(res.metrics(), indent=1))
+    return 0
+
+
+def _cmd_inspect(argv: list[str]) -> int:
+    from agentrl.inspect.cli import run_inspect
+
+    return run_inspect(argv)
+
+
+def _cmd_check_template(args: argparse.Namespace) -> int:
+    from agentrl.template_check import run_check_template
+
+    return run_check_template(args.model, args.template)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "inspect":  # the inspector owns its own argument parser
+        return _cmd_inspect(argv[1:])
+    p = argparse.ArgumentParser(prog="agentrl", description="Train tool-using LLM agents with GRPO.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train from a YAML config; key.sub=value overrides follow")
+    t.add_argument("config")
+    t.add_argument("overrides", nargs="*", help="e.g. train.steps=10 output_dir=/tmp/run resume=true")
+    t.set_defaults(fn=_cmd_train)
+    e = sub.add_parser("eval", help="evaluate a checkpoint on the held-out split")
+    e.add_argument("config")
+    e.add_argument("overrides", nargs="*")
+    e.add_argument("--checkpoint", required=True, help="checkpoints/step_XXXXXX directory (or a model dir)")
+    e.set_defaults(fn=_cmd_eval)
+    sub.add_parser("inspect", help="view masked trajectories (agentrl inspect --help)")
+    c = sub.add_parser("check-template", help="check that a chat template is prefix-preserving for tool turns")
+    c.add_argument("model", help="model name or local directory with a tokenizer")
+    c.add_argument("--template", default=None, help="template name in agentrl/templates or a .jinja file")
+    c.set_defaults(fn=_cmd_check_template)
+    args = p.parse_args(argv)
+    from agentrl.config import ConfigError
+
+    try:
+        return args.fn(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
