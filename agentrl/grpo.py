@@ -310,7 +310,7 @@ def aggregate(
         return x.sum() / _denominator("total_tokens", total_tokens, int(lens.sum()))
     g = _denominator("total_seqs", total_seqs, int((lens > 0).sum()))
     if mode == "seq-mean-token-mean":
-        return (x.sum(dim=1) / lens.clamp(min=1).to(x.dtype)).mean()
+        return (x.sum(dim=1) / lens.clamp(min=1).to(x.dtype)).sum() / g
     if norm_len is None or norm_len <= 0:
         raise ValueError(
             "agg='seq-mean-token-sum-norm' needs norm_len = the generation budget in tokens "
