@@ -14,10 +14,9 @@ import torch
 
 from agentrl.batching import collate, plan_micro_batches, score_tokens
 from agentrl.config import AlgoConfig
+from agentrl.filters import FilterResult, filter_attempts
 from agentrl.grpo import (
-    FilterResult,
     GroupAdvantages,
-    filter_attempts,
     group_advantages,
     policy_loss,
     truncated_is_weights,

@@ -1,0 +1,78 @@
+"""Config loading, overrides, and the errors a user sees."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.batching import collate, plan_micro_batches
+from agentrl.config import Config, ConfigError, load_config, save_config
+from agentrl.objective import describe_objective
+from agentrl.types import Span, Trajectory
+
+
+def test_defaults_and_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: x\nalgo:\n  num_samples: 4\n  eps_high: 0.28\nenv:\n  args: {seed: 1, num_test: 5}\n")
+    cfg = load_config(p, ["algo.eps_low=0.1", "train.steps=3", "env.args.seed=7", "output_dir=/tmp/r"])
+    assert isinstance(cfg, Config)
+    assert cfg.name == "x" and cfg.algo.num_samples == 4
+    assert cfg.algo.eps_high == 0.28 and cfg.algo.eps_low == 0.1
+    assert cfg.train.steps == 3
+    assert cfg.env.args == {"seed": 7, "num_test": 5}
+    assert str(cfg.run_dir) == "/tmp/r"
+    assert load_config(None).run_dir.as_posix() == "runs/run"
+
+
+def test_int_accepted_for_float_and_null_for_optional():
+    cfg = load_config(None, ["optim.lr=1", "algo.dual_clip=3", "algo.dual_clip=null"])
+    assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
+    assert cfg.algo.dual_clip is None
+
+
+@pytest.mark.parametrize("override, needle", [
+    (["algo.nope=1"], "valid keys here: num_samples"),
+    (["nosection.x=1"], "unknown config key 'nosection'"),
+    (["algo.num_samples=many"], "algo.num_samples: expected int"),
+    (["algo.agg=sum"], "not one of ['seq-mean-token-mean'"),
+    (["resume=yes please"], "expected true/false"),
+    (["train.steps"], "must look like key.sub=value"),
+])
+def test_errors_name_the_fix(override, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, override)
+    assert needle in str(e.value)
+
+
+def test_saved_config_reloads_identically(tmp_path):
+    cfg = load_config(None, ["algo.kl_coef=0.01", "rollout.stop_strings=['</answer>']"])
+    save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+
+
+def test_objective_block_states_the_objective():
+    text = describe_objective(load_config(None, ["algo.agg=token-mean", "algo.eps_high=0.28",
+                                                  "algo.drop_zero_variance=true"]))
+    for needle in ["(r_i - mean(r)) / std(r)", "std=population", "1-0.2, 1+0.28", "token-mean, DAPO",
+                   "β = 0, no reference model", "drop zero-variance groups", "IS weight   off"]:
+        assert needle in text
+
+
+def test_micro_batches_bound_padded_tokens():
+    lengths = [10, 50, 12, 48, 11, 100, 9]
+    plan = plan_micro_batches(lengths, 100)
+    assert sorted(i for b in plan for i in b) == list(range(7))
+    for b in plan:
+        assert len(b) == 1 or max(lengths[i] for i in b) * len(b) <= 100
+    assert [5] in plan  # a row as long as the budget is alone
+
+
+def test_collate_pads_right_and_keeps_mask():
+    t = Trajectory(token_ids=[1, 2, 3], prompt_len=1, loss_mask=[0, 1, 1], logprobs=[0.0, -1.0, -2.0],
+                   spans=[Span(0, 1, "prompt"), Span(1, 3, "model")], messages=[])
+    u = Trajectory(token_ids=[4, 5], prompt_len=1, loss_mask=[0, 1], logprobs=[0.0, -0.5],
+                   spans=[Span(0, 1, "prompt"), Span(1, 2, "model")], messages=[])
+    mb = collate([t, u], [1, 0], pad_id=0)
+    assert mb.input_ids.tolist() == [[4, 5, 0], [1, 2, 3]]
+    assert mb.attention_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert mb.loss_mask.tolist() == [[0, 1, 0], [0, 1, 1]]
+    assert mb.sampler_logprobs.tolist() == [[0.0, -0.5, 0.0], [0.0, -1.0, -2.0]]
