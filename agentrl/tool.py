@@ -129,6 +129,7 @@ class Tool:
         self.max_output_tokens = max_output_tokens
         self.is_async = inspect.iscoroutinefunction(fn)
         self.__doc__ = fn.__doc__
+        self.__name__ = self.name
         self.__wrapped__ = fn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -187,6 +188,7 @@ def tool(
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
+        f = f.fn if isinstance(f, Tool) else f  # re-decorating a Tool changes its options
         return Tool(f, name=name, description=description, timeout=timeout, max_output_tokens=max_output_tokens)
 
     return wrap(fn) if fn is not None else wrap
