@@ -72,6 +72,10 @@ def test_zero_variance_groups_get_zero_and_are_flagged():
     b = group_advantages(torch.tensor([[0.3, 0.3, 0.3]], dtype=torch.float64), scale="none")
     assert b.advantages.tolist() == [0.0, 0.0, 0.0] and b.zero_variance.tolist() == [True]
     assert b.advantages.dtype == torch.float64
+    # std = 5e-9 < floor 1e-6 although r - mean = +-5e-9 is not 0: still exactly 0 with either scale
+    for scale in ("std", "none"):
+        tiny = group_advantages(torch.tensor([[0.5, 0.5 + 1e-8]], dtype=torch.float64), scale=scale)
+        assert tiny.advantages.tolist() == [0.0, 0.0] and tiny.zero_variance.tolist() == [True]
     # a single attempt has no variance (sample std would divide by G-1 = 0)
     for std in ("population", "sample"):
         c = group_advantages(torch.tensor([[1.0]]), std=std)
@@ -327,17 +331,18 @@ def test_on_policy_gradient_equals_plain_policy_gradient():
         assert torch.allclose(g, w, atol=1e-6)
 
 
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
 @pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"])
-def test_masked_tokens_get_exactly_zero_gradient(agg):
-    nan = float("nan")
-    mask = torch.tensor([[1, 0, 1, 0], [0, 1, 1, 1]])
-    # garbage where mask is 0: a log ratio of 1e4 would overflow exp; NaN would poison everything
-    lp = torch.tensor([[-1.0, 1e4, -0.5, nan], [nan, -0.2, -1.5, -0.3]], requires_grad=True)
-    old = torch.tensor([[-1.1, -1e4, -0.4, 0.0], [0.0, -0.25, -1.4, -0.35]])
-    ref = torch.tensor([[-1.2, nan, -0.6, nan], [-1e4, -0.3, -1.3, -0.2]])
-    w = torch.tensor([[1.2, nan, 0.9, float("inf")], [nan, 1.0, 1.1, 0.8]])
+def test_masked_tokens_get_exactly_zero_gradient(agg, estimator):
+    nan, inf = float("nan"), float("inf")
+    mask = torch.tensor([[1, 0, 1, 0, 0], [0, 1, 1, 1, 0]])
+    # garbage where mask is 0: a log ratio of 1e4 would overflow exp; NaN / -inf would poison everything
+    lp = torch.tensor([[-1.0, 1e4, -0.5, nan, -inf], [nan, -0.2, -1.5, -0.3, -inf]], requires_grad=True)
+    old = torch.tensor([[-1.1, -1e4, -0.4, 0.0, 0.0], [0.0, -0.25, -1.4, -0.35, -inf]])
+    ref = torch.tensor([[-1.2, nan, -0.6, nan, 0.0], [-1e4, -0.3, -1.3, -0.2, inf]])
+    w = torch.tensor([[1.2, nan, 0.9, inf, 1.0], [nan, 1.0, 1.1, 0.8, 1.0]])
     out = policy_loss(lp, old, torch.tensor([0.8, -0.6]), mask, agg=agg, norm_len=4, dual_clip=3.0,
-                      is_weights=w, ref_logprobs=ref, kl_coef=0.1)
+                      is_weights=w, ref_logprobs=ref, kl_coef=0.1, kl_estimator=estimator)
     assert torch.isfinite(out.loss)
     out.loss.backward()
     assert (lp.grad[mask == 0] == 0).all()
