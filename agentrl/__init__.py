@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     # tools
-    "tool": "agentrl.tool", "Tool": "agentrl.tool", "ToolBox": "agentrl.tool",
+    "Tool": "agentrl.tool", "ToolBox": "agentrl.tool",
     "ToolContext": "agentrl.tool", "ToolResult": "agentrl.tool",
     # chat templates
     "ChatTemplate": "agentrl.chat", "check_prefix_preservation": "agentrl.template_check",
@@ -35,7 +35,11 @@ _EXPORTS = {
     "ensure_tiny_model": "agentrl.models.tiny", "build_tiny_model": "agentrl.models.tiny",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "tool"])
+
+# ``agentrl.tool`` is both a submodule and the decorator; bind the decorator eagerly so the
+# submodule import cannot shadow it.
+from agentrl.tool import tool  # noqa: E402
 
 
 def __getattr__(name: str):
