@@ -28,6 +28,7 @@ from agentrl.types import Message, ToolCall
 TOOL_CALL_FORMATS = ("hermes", "llama3_json")
 _PLACEHOLDER = "AgentrlPh{}Z"  # survives tojson, trim and string concatenation unchanged
 _PLACEHOLDER_RE = re.compile(r"AgentrlPh(\d+)Z")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _PROBE_USER, _PROBE_ASSISTANT = "AgentrlProbeUser", "AgentrlProbeAssistant"
 
 
@@ -58,7 +59,8 @@ def encode_literal(tokenizer: Any, text: str) -> list[int]:
     Fast tokenizers: the added vocabulary is bypassed (pre-tokenizer, then the model per piece),
     because ``split_special_tokens`` does not protect non-special added tokens such as
     Qwen2.5's ``<tool_call>``. Unicode normalizers (NFC...) and space-prepending steps are
-    skipped so that the ids decode to exactly ``text`` in the middle of a sequence.
+    skipped so that the ids decode to exactly ``text`` in the middle of a sequence. Lone
+    surrogates, which no tokenizer accepts, become U+FFFD.
 
     >>> ids = encode_literal(tok, "<|im_end|>")   # several ordinary pieces, not 151645
     >>> tok.decode(ids) == "<|im_end|>"
@@ -66,6 +68,7 @@ def encode_literal(tokenizer: Any, text: str) -> list[int]:
     """
     if not text:
         return []
+    text = _SURROGATE_RE.sub("\ufffd", text)  # lone surrogates (surrogateescape'd bytes) are not text
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         enc = tokenizer(text, add_special_tokens=False, split_special_tokens=True)
@@ -140,6 +143,8 @@ def prefix_diff(before: str, after: str, before_name: str = "before", after_name
     if after.startswith(before):
         return ""
     i = next((k for k, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+    if i - (line_start := before.rfind("\n", 0, i) + 1) <= 40:  # show whole tags, not '<t' vs '<think>'
+        i = line_start
     line = before.count("\n", 0, i) + 1
     head = [f"renderings diverge at character {i} (line {line}):",
             f"  common text ends: {before[max(0, i - 60):i]!r}",
@@ -151,7 +156,7 @@ def prefix_diff(before: str, after: str, before_name: str = "before", after_name
     return "\n".join(head) + "\n" + "".join(udiff)
 
 
-def _content_forms(content: str) -> list[str]:
+def content_forms(content: str) -> list[str]:
     """How a template may have written ``content``: as is, JSON-escaped (tojson), trimmed."""
     forms = [content, json.dumps(content, ensure_ascii=False)[1:-1], content.strip(),
              json.dumps(content.strip(), ensure_ascii=False)[1:-1]]
@@ -178,7 +183,7 @@ def split_rendered(real: str, with_placeholders: str, contents: list[str]) -> li
         if isinstance(piece, str):
             rest = walk(k + 1, at + len(piece)) if real.startswith(piece, at) else None
             return None if rest is None else [(piece, False)] + rest
-        for form in _content_forms(contents[piece]):
+        for form in content_forms(contents[piece]):
             if real.startswith(form, at) and (rest := walk(k + 1, at + len(form))) is not None:
                 return [(form, True)] + rest
         return None

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.chat import TemplateError, prefix_diff, render_chat, resolve_template_source
+from agentrl.chat import TemplateError, content_forms, prefix_diff, render_chat, resolve_template_source
 from agentrl.types import Message, ToolCall
 
 _TOOLS = [
@@ -124,11 +124,21 @@ def check_prefix_preservation(tokenizer: Any, template: str | None = None) -> Te
             return TemplateCheck(False, stage, prefix_diff(before, after, "render(conversation)",
                                  "render(conversation + tool messages, add_generation_prompt=True)"),
                                  _suggest_fix(source), notes)
+        delta = after[len(before):]
+        missing = [m.content for m in new if not any(f in delta for f in content_forms(m.content))]
+        if missing:
+            return TemplateCheck(False, stage, f"the tool results {missing} do not appear in the rendering",
+                                 "the template drops tool results, so the model would never see them; "
+                                 "use a tool-capable template (--template FILE)", notes)
     try:
-        render_chat(tokenizer, source, stages[-1][1] + stages[-1][2] + [_FINAL], _TOOLS)
+        final = render_chat(tokenizer, source, stages[-1][1] + stages[-1][2] + [_FINAL], _TOOLS)
     except TemplateError as e:
         return TemplateCheck(False, "final answer after tool results", str(e),
                              "the template cannot render a final answer after tool results", notes)
+    if '"17 * 23"' not in final:
+        notes = "; ".join(filter(None, [notes, "the template does not render the assistant's tool calls; harmless "
+                                        "for token-in-token-out rollouts (the sampled ids are kept), but the model "
+                                        "may not have been trained for this tool-call format"]))
     return TemplateCheck(True, "", "", "", notes)
 
 
@@ -137,16 +147,24 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
 
     Returns the exit code: 0 when the template is prefix-preserving, 1 otherwise (or on error).
     """
-    try:
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model_or_dir)
-    except Exception as e:  # offline hub lookups, missing files, unknown formats
-        where = "directory" if os.path.isdir(model_or_dir) else "model id or directory"
-        print(f"error: cannot load a tokenizer from {where} {model_or_dir!r} ({type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''}). Without network access, pass a local directory "
-              "that holds the tokenizer files (tokenizer_config.json with tokenizer.json or vocab files).")
+    hint = ("Without network access, pass a local directory that holds the tokenizer files "
+            "(tokenizer_config.json with tokenizer.json or vocab.json/merges.txt).")
+    if model_or_dir.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(model_or_dir)):
+        print(f"error: no such directory {model_or_dir!r}. {hint}")
         return 1
+    try:  # local directory or hub cache first: no network round trips when offline
+        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(model_or_dir), local_files_only=True)
+    except Exception as local_error:
+        if os.path.isdir(os.path.expanduser(model_or_dir)):
+            print(f"error: cannot load a tokenizer from directory {model_or_dir!r}: {_first_line(local_error)}. {hint}")
+            return 1
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_or_dir)
+        except Exception as e:  # offline hub lookups, unknown model ids
+            print(f"error: cannot load a tokenizer for model id {model_or_dir!r}: {_first_line(e)}. {hint}")
+            return 1
     try:
         check = check_prefix_preservation(tokenizer, template)
     except TemplateError as e:
@@ -163,3 +181,8 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
         print(f"note: {check.notes}")
     print(f"fix: {check.fix}")
     return 1
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
