@@ -108,7 +108,7 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
             )
             out.loss.backward()
             ntok = float(mb.loss_mask.sum())
-            loss_sum += float(out.loss)
+            loss_sum += float(out.loss.detach())
             pg_sum += float(out.pg_loss)
             rmax = max(rmax, float(out.ratio_max))
             rsum += float(out.ratio_mean) * ntok

@@ -31,6 +31,9 @@ REQUIRED_METRICS = ["step", "reward/mean", "reward/std", "groups/zero_variance_f
 def test_one_step_changes_weights_and_writes_run_dir(tmp_path, capsys):
     cfg = load_config(CI_CFG, [f"output_dir={tmp_path / 'run'}", "train.steps=1", "eval.num_tasks=4"])
     trainer = Trainer(cfg)
+    # the untrained tiny model never solves a task; reward every other attempt so the step has signal
+    from agentrl.env import Score
+    trainer.env.score = lambda task, messages: Score(reward=float(len(messages[-1].content) % 2))
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     result = trainer.train()
     out = capsys.readouterr().out
@@ -88,7 +91,7 @@ def test_kill9_mid_step_then_resume(tmp_path):
     finally:
         proc.wait(timeout=30)
     steps_before = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    assert 3 not in list_checkpoints(run) and max(steps_before) <= 3
+    assert [s for s, _ in list_checkpoints(run)] == [1, 2] and max(steps_before) <= 3
 
     done = _run_cli([*common, "train.steps=4", "resume=true"])
     out, _ = done.communicate(timeout=600)
@@ -100,4 +103,3 @@ def test_kill9_mid_step_then_resume(tmp_path):
         for t in read_jsonl(str(p)):
             t.check()
     assert [s for s, _ in list_checkpoints(run)] == [3, 4]
-    assert not list((run / "checkpoints").glob(".tmp_*")) or True
