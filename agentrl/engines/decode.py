@@ -74,6 +74,9 @@ class StockDecoder:
         self.mask = self.mask[rows]
         self.next_pos = self.next_pos[rows]
 
+    def release(self) -> None:
+        self.cache = self.mask = self.next_pos = None
+
 
 @dataclass
 class _Layer:
@@ -238,6 +241,12 @@ class FastDecoder:
         self.key_ok = self.key_ok[rows]
         self.next_pos = self.next_pos[rows]
 
+    def release(self) -> None:
+        """Free the cache (and drop the parameter views) until the next prefill."""
+        self.k_cache = self.v_cache = []
+        self.layers = []
+        self.key_ok = self.next_pos = self.cos = self.sin = None
+
 
 def max_logit_gap(model, decoder) -> float:
     """Largest |fast - stock| logit over a small ragged probe batch (prefill and two steps)."""
@@ -252,6 +261,8 @@ def max_logit_gap(model, decoder) -> float:
         for s in range(2):
             tok = torch.tensor([f[s] for f in follow], device=a.device)
             gap = max(gap, (decoder.step(tok) - stock.step(tok)).abs().max().item())
+    decoder.release()
+    stock.release()
     return gap
 
 

@@ -1,0 +1,230 @@
+"""The embedded generation engine: batched KV-cached sampling on a Hugging Face causal LM.
+
+The engine shares its model with the trainer (the same parameter tensors), so a weight sync
+is free: ``sync_weights`` only bumps ``policy_version``. Sampling runs on the fast
+hand-written decoder for Qwen2/Llama models and on the model's own forward otherwise (see
+``decode.py``); finished rows leave the batch as it goes.
+
+Every returned log-prob is what a teacher-forced forward over ``prompt + sampled ids`` gives:
+``log_softmax(logits / T)[token]`` (``T = 1`` for greedy), before any top-p truncation, which is
+the quantity the trainer recomputes for the importance ratio.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from agentrl.engines.base import Generation, SamplingParams
+from agentrl.engines.decode import FastDecoder, StockDecoder, make_decoder
+
+
+def sample_tokens(logits: Tensor, *, temperature: float, top_p: float, uniforms: Tensor) -> tuple[Tensor, Tensor]:
+    """Draw one token per row by inverse-CDF sampling and return (tokens, log-probs).
+
+    p = softmax(logits / T); with top_p < 1 only the smallest prefix of tokens sorted by p whose
+    mass reaches top_p stays (renormalised); token = first index whose cumulative mass exceeds
+    u * total, u = ``uniforms[row]`` in [0, 1). T = 0 is greedy (argmax). The log-prob returned
+    is log_softmax(logits / T)[token] (T = 1 when greedy), untruncated by top_p.
+
+    >>> lg = torch.tensor([[0.0, 2.0, 1.0]])
+    >>> sample_tokens(lg, temperature=0.0, top_p=1.0, uniforms=torch.zeros(1))[0].tolist()
+    [1]
+    >>> sample_tokens(lg, temperature=1.0, top_p=1.0, uniforms=torch.tensor([0.01]))[0].tolist()
+    [0]
+    """
+    if temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    probs = logp.exp()
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # Keep a token while the mass strictly before it is below top_p (the first always stays).
+        sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= top_p, 0.0)
+        cdf = sorted_p.cumsum(-1)
+        idx = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:], right=True)
+        # u * total can round up to total: stay inside the kept prefix.
+        idx = torch.minimum(idx, (sorted_p > 0).sum(-1, keepdim=True) - 1)
+        tokens = order.gather(-1, idx)[:, 0]
+    else:
+        cdf = probs.cumsum(-1)
+        idx = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:], right=True)
+        tokens = idx.clamp_(max=cdf.shape[-1] - 1)[:, 0]
+        # Same rounding edge: never return a token whose probability underflowed to 0.
+        tokens = torch.where(probs.gather(-1, tokens[:, None])[:, 0] > 0, tokens, probs.argmax(-1))
+    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+
+class StopStrings:
+    """Detects a stop string that ends inside the text of a row's newest token.
+
+    Only a tail window of ids is decoded (enough tokens to hold the longest stop string even
+    at one byte per token), in one batched call to the Rust tokenizer when available.
+    """
+
+    def __init__(self, tokenizer, stop_strings: list[str]):
+        self.tokenizer = tokenizer
+        self.stops = [s for s in stop_strings if s]
+        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
+        self._batch = getattr(getattr(tokenizer, "backend_tokenizer", None), "decode_batch", None)
+
+    def _decode(self, seqs: list[list[int]]) -> list[str]:
+        if self._batch is not None:
+            return self._batch(seqs, skip_special_tokens=False)
+        return [self.tokenizer.decode(s, skip_special_tokens=False) for s in seqs]
+
+    def hits(self, seqs: list[list[int]]) -> list[bool]:
+        """For each token list: does a stop string end within its last token's text?"""
+        if not self.stops or not seqs:
+            return [False] * len(seqs)
+        tails = [s[-self.window:] for s in seqs]
+        texts = self._decode(tails + [t[:-1] for t in tails])
+        out = []
+        for text, before in zip(texts[: len(seqs)], texts[len(seqs):]):
+            new_from = len(os.path.commonprefix([text, before]))
+            out.append(any(text.find(s, max(0, new_from - len(s) + 1)) >= 0 for s in self.stops))
+        return out
+
+
+def _check_request(prompts: list[list[int]], params: SamplingParams) -> None:
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token id; an empty prompt has nothing to condition on "
+                         "(render a chat template or add a BOS token)")
+    if params.max_new_tokens < 0 or params.temperature < 0 or not 0 < params.top_p <= 1:
+        raise ValueError(f"invalid SamplingParams {params}: need max_new_tokens >= 0, temperature >= 0 "
+                         "and 0 < top_p <= 1")
+
+
+class HFEngine:
+    """Batched sampling from a transformers causal LM, token ids in, ids + log-probs out.
+
+    >>> from agentrl.models.tiny import ensure_tiny_model        # doctest: +SKIP
+    >>> engine = HFEngine.from_pretrained(ensure_tiny_model())   # doctest: +SKIP
+    >>> [g.finish_reason for g in engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))]  # doctest: +SKIP
+    ['length']
+    """
+
+    def __init__(self, model, tokenizer, *, num_threads: int | None = None, seed: int = 0):
+        if num_threads is not None:
+            # Process-wide in torch. One thread per process is the fastest on small shared CPUs
+            # for the tiny model (see benchmarks/engine.py); None leaves torch's choice alone.
+            torch.set_num_threads(num_threads)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.policy_version = 0
+        self.device = model.get_input_embeddings().weight.device
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._decoder: FastDecoder | StockDecoder | None = None
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, device: str | None = None, num_threads: int | None = None,
+                        seed: int = 0, **model_kwargs) -> "HFEngine":
+        """Load a model directory (or hub name, when online) and its tokenizer.
+
+        ``model_kwargs`` go to ``AutoModelForCausalLM.from_pretrained`` (e.g. ``dtype=torch.bfloat16``).
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        name = str(name_or_path)
+        # Read at call time (huggingface_hub reads HF_HUB_OFFLINE only once, at import).
+        offline = any(os.environ.get(v, "") not in ("", "0", "false", "False")
+                      for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+        local_only = model_kwargs.pop("local_files_only", offline)
+        try:
+            if (os.path.isabs(name) or name.startswith(".")) and not os.path.isdir(name):
+                raise FileNotFoundError(f"no directory {name}")
+            tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
+            model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, **model_kwargs)
+        except (OSError, ValueError) as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            if local_only and not os.path.isdir(name) and not isinstance(err, FileNotFoundError):
+                reason = "not a local directory, and not in the local Hugging Face cache"
+            raise FileNotFoundError(
+                f"cannot load model {name!r}{' (offline mode)' if local_only else ''}: {reason}\n"
+                "Fix: pass a local directory holding config.json, the weights and the tokenizer "
+                "(download it first where there is network: `hf download NAME --local-dir DIR`), "
+                "or use the offline tiny model: "
+                "`from agentrl.models.tiny import ensure_tiny_model; HFEngine.from_pretrained(ensure_tiny_model())`."
+            ) from err
+        if device is not None:
+            model.to(device)
+        return cls(model, tokenizer, num_threads=num_threads, seed=seed)
+
+    @property
+    def decoder(self) -> FastDecoder | StockDecoder:
+        """The forward used for sampling (chosen once per engine by an exactness probe)."""
+        if self._decoder is None:
+            self._decoder = make_decoder(self.model)
+        return self._decoder
+
+    def sync_weights(self) -> None:
+        """The trainer updated the shared parameters: later samples come from a new policy."""
+        self.policy_version += 1
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one continuation per prompt (see ``agentrl.engines.base.Engine``)."""
+        _check_request(prompts, params)
+        if not prompts:
+            return []
+        if params.max_new_tokens == 0:
+            return [Generation([], [], "length") for _ in prompts]
+        gen = self._generator
+        if params.seed is not None:
+            gen = torch.Generator(device=self.device).manual_seed(params.seed)
+        was_training = self.model.training
+        self.model.eval()  # no dropout while sampling; the trainer's mode is restored below
+        try:
+            return self._generate(prompts, params, gen)
+        finally:
+            self.model.train(was_training)
+            self.decoder.release()  # free the KV cache between calls
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator) -> list[Generation]:
+        decoder = self.decoder
+        n = len(prompts)
+        stop_ids = set(params.stop_token_ids)
+        stops = StopStrings(self.tokenizer, params.stop_strings)
+        tokens_out: list[list[int]] = [[] for _ in range(n)]
+        logprobs_out: list[list[float]] = [[] for _ in range(n)]
+        finish: list[str | None] = [None] * n
+        rows = list(range(n))  # prompt index of each row the decoder still holds
+        with torch.inference_mode():
+            # All uniforms up front, one row per prompt: row r's draws are the first numbers of
+            # its own row of the stream, whatever the other rows do (or how many there are).
+            uniforms = torch.rand(n, params.max_new_tokens, generator=gen, device=self.device) \
+                if params.temperature > 0 else torch.zeros(n, params.max_new_tokens, device=self.device)
+            logits = decoder.prefill(prompts, params.max_new_tokens)
+            row_index = torch.arange(n, device=self.device)
+            for step in range(params.max_new_tokens):
+                tok, lp = sample_tokens(logits, temperature=params.temperature, top_p=params.top_p,
+                                        uniforms=uniforms[row_index, step])
+                tok_list, lp_list = tok.tolist(), lp.tolist()
+                running = []
+                for j, r in enumerate(rows):
+                    if finish[r] is not None:
+                        continue  # finished earlier, still in the decoder until the next compaction
+                    tokens_out[r].append(tok_list[j])
+                    logprobs_out[r].append(lp_list[j])
+                    if tok_list[j] in stop_ids:
+                        finish[r] = "stop"
+                    else:
+                        running.append(r)
+                for r, hit in zip(running, stops.hits([tokens_out[r] for r in running])):
+                    if hit:
+                        finish[r] = "stop"
+                live = [j for j, r in enumerate(rows) if finish[r] is None]
+                if not live or step == params.max_new_tokens - 1:
+                    break
+                if len(live) <= 0.75 * len(rows):
+                    # Compacting copies the whole cache, so do it once a quarter of the rows are done.
+                    keep = torch.tensor(live, device=self.device)
+                    decoder.keep(keep)
+                    rows = [rows[j] for j in live]
+                    row_index = row_index[keep]
+                    tok = tok[keep]
+                logits = decoder.step(tok)
+        return [Generation(tokens_out[i], logprobs_out[i], finish[i] or "length") for i in range(n)]

@@ -1,0 +1,226 @@
+"""HFEngine: exact log-probs, stopping, seeding, ragged batches, and the fast decoder's exactness."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.engines.base import SamplingParams
+from agentrl.engines.decode import FastDecoder, StockDecoder, make_decoder, max_logit_gap
+from agentrl.engines.hf import HFEngine, StopStrings, sample_tokens
+from agentrl.models.tiny import build_tiny_model
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=0)
+
+
+@pytest.fixture()
+def engine(model_dir) -> HFEngine:
+    return HFEngine.from_pretrained(model_dir)
+
+
+def _prompts(engine: HFEngine) -> list[list[int]]:
+    tok = engine.tokenizer
+    chat = tok.apply_chat_template([{"role": "user", "content": "What is 17 * 23?"}], add_generation_prompt=True,
+                                   return_dict=False)
+    return [chat, [5, 400, 77], chat[:9], [300]]  # lengths 26, 3, 9, 1
+
+
+def _teacher_forced(model, prompt: list[int], sampled: list[int], temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) of each sampled id, from one stock forward over prompt + sampled."""
+    ids = torch.tensor([prompt + sampled])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1: -1].float()
+    logp = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
+    return logp.gather(-1, torch.tensor(sampled)[:, None])[:, 0]
+
+
+def test_tiny_qwen2_uses_the_fast_decoder_and_it_matches_transformers(engine):
+    assert isinstance(engine.decoder, FastDecoder)
+    assert max_logit_gap(engine.model, FastDecoder(engine.model)) < 1e-4
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0)])
+def test_logprobs_equal_teacher_forcing_on_ragged_batch(engine, temperature, top_p):
+    prompts = _prompts(engine)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=12, temperature=temperature, top_p=top_p, seed=3))
+    for prompt, g in zip(prompts, out):
+        assert len(g.token_ids) == len(g.logprobs) == 12 and g.finish_reason == "length"
+        ref = _teacher_forced(engine.model, prompt, g.token_ids, temperature)
+        assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-4), (prompt[:3], g.logprobs, ref.tolist())
+
+
+def test_stock_decoder_gives_the_same_samples(engine):
+    prompts = _prompts(engine)
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=11)
+    fast = engine.generate(prompts, params)
+    engine._decoder = StockDecoder(engine.model)
+    stock = engine.generate(prompts, params)
+    for f, s, prompt in zip(fast, stock, prompts):
+        assert f.token_ids == s.token_ids
+        assert torch.allclose(torch.tensor(f.logprobs), torch.tensor(s.logprobs), atol=1e-4)
+        ref = _teacher_forced(engine.model, prompt, s.token_ids, 1.0)
+        assert torch.allclose(torch.tensor(s.logprobs), ref, atol=1e-4)
+
+
+def test_greedy_is_deterministic_and_matches_transformers_generate(engine):
+    prompts = _prompts(engine)
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    a, b = engine.generate(prompts, params), engine.generate(prompts, params)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    with torch.no_grad():
+        ref = engine.model.generate(torch.tensor([prompts[0]]), max_new_tokens=8, do_sample=False,
+                                    eos_token_id=None, pad_token_id=0)
+    assert a[0].token_ids == ref[0, len(prompts[0]):].tolist()
+
+
+def test_ragged_rows_match_each_prompt_alone(engine):
+    prompts = _prompts(engine)
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    together = engine.generate(prompts, params)
+    for prompt, g in zip(prompts, together):
+        assert engine.generate([prompt], params)[0].token_ids == g.token_ids
+
+
+def test_seeded_sampling_is_reproducible(engine):
+    prompts = _prompts(engine)
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=42)
+    a, b = engine.generate(prompts, params), engine.generate(prompts, params)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert [g.logprobs for g in a] == [g.logprobs for g in b]
+    other = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=1.0, seed=43))
+    assert [g.token_ids for g in other] != [g.token_ids for g in a]
+    # A row's draws do not depend on the rows after it in the batch.
+    assert engine.generate(prompts[:1], params)[0].token_ids == a[0].token_ids
+    # Without a seed, the engine's generator moves on: consecutive calls differ.
+    free = SamplingParams(max_new_tokens=10, temperature=1.0)
+    assert engine.generate(prompts, free)[0].token_ids != engine.generate(prompts, free)[0].token_ids
+
+
+def test_identical_prompts_sample_independently(engine):
+    prompt = _prompts(engine)[0]
+    out = engine.generate([prompt] * 4, SamplingParams(max_new_tokens=10, temperature=1.0, seed=0))
+    assert len({tuple(g.token_ids) for g in out}) == 4
+    for g in out:
+        assert torch.allclose(torch.tensor(g.logprobs), _teacher_forced(engine.model, prompt, g.token_ids, 1.0),
+                              atol=1e-4)
+
+
+def test_stop_token_ends_row_and_is_kept(engine):
+    prompts = _prompts(engine)
+    greedy = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=0.0))
+    stop = greedy[0].token_ids[3]
+    first = greedy[0].token_ids.index(stop)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=0.0, stop_token_ids=[stop]))
+    assert out[0].token_ids == greedy[0].token_ids[: first + 1] and out[0].finish_reason == "stop"
+    for g, full in zip(out[1:], greedy[1:]):  # other rows: unaffected by row 0 leaving the batch
+        cut = full.token_ids.index(stop) + 1 if stop in full.token_ids else len(full.token_ids)
+        assert g.token_ids == full.token_ids[:cut]
+        assert g.finish_reason == ("stop" if stop in full.token_ids else "length")
+        assert g.logprobs == pytest.approx(full.logprobs[:cut], abs=1e-5)
+
+
+def test_stop_string_ends_row(engine):
+    prompts = _prompts(engine)
+    greedy = engine.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0))
+    tok = engine.tokenizer
+    ids = greedy[1].token_ids
+    text = tok.decode(ids)
+    stop = text[len(tok.decode(ids[:4])) - 2: len(tok.decode(ids[:5]))].strip() or text[-3:]
+    k = next(i for i in range(1, len(ids) + 1) if stop in tok.decode(ids[:i]))
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0, stop_strings=[stop]))
+    assert out[1].token_ids == ids[:k] and out[1].finish_reason == "stop"
+    assert stop in tok.decode(out[1].token_ids) and stop not in tok.decode(out[1].token_ids[:-1])
+
+
+def test_stop_strings_detects_a_string_inside_the_last_token(engine):
+    tok = engine.tokenizer
+    ids = tok.encode("the answer is 42</answer>\nok", add_special_tokens=False)
+    close = tok.convert_tokens_to_ids("</answer>")
+    checker = StopStrings(tok, ["</answer>"])
+    at = ids.index(close)
+    assert checker.hits([ids[:at], ids[: at + 1], ids[: at + 2]]) == [False, True, False]
+    # A stop string that ends mid-token still fires on that token.
+    long_token = next(i for i in range(11, len(tok)) if len(tok.decode([i]).strip()) >= 4)
+    middle = tok.decode([long_token]).strip()[1:3]
+    assert StopStrings(tok, [middle]).hits([[5, long_token], [long_token, 5]]) == [True, False]
+    assert StopStrings(tok, []).hits([[5, long_token]]) == [False]
+
+
+def test_max_new_tokens_and_length_finish(engine):
+    out = engine.generate(_prompts(engine), SamplingParams(max_new_tokens=3, temperature=1.0, seed=0))
+    assert all(len(g.token_ids) == 3 and g.finish_reason == "length" for g in out)
+    zero = engine.generate(_prompts(engine), SamplingParams(max_new_tokens=0))
+    assert all(g.token_ids == [] and g.finish_reason == "length" for g in zero)
+    assert engine.generate([], SamplingParams()) == []
+    with pytest.raises(ValueError, match="at least one token"):
+        engine.generate([[]], SamplingParams())
+    with pytest.raises(ValueError, match="top_p"):
+        engine.generate([[1]], SamplingParams(top_p=0.0))
+
+
+def test_weight_updates_are_seen_without_reloading(engine):
+    prompts = _prompts(engine)
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    before = engine.generate(prompts, params)
+    engine.model.train()
+    with torch.no_grad():  # what an optimizer step does: in-place on the shared parameters
+        engine.model.model.layers[-1].mlp.down_proj.weight.add_(torch.randn_like(
+            engine.model.model.layers[-1].mlp.down_proj.weight, generator=torch.Generator().manual_seed(0)))
+    engine.sync_weights()
+    assert engine.policy_version == 1
+    after = engine.generate(prompts, params)
+    assert [g.token_ids for g in after] != [g.token_ids for g in before]
+    assert engine.model.training  # the trainer's mode is restored
+    for prompt, g in zip(prompts, after):
+        assert torch.allclose(torch.tensor(g.logprobs), _teacher_forced(engine.model, prompt, g.token_ids, 0.0),
+                              atol=1e-4)
+
+
+def test_from_pretrained_offline_error_names_the_fix(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError) as info:
+        HFEngine.from_pretrained("agentrl-test/no-such-model-anywhere")
+    message = str(info.value)
+    assert "no-such-model-anywhere" in message and "offline" in message
+    assert "local directory" in message and "ensure_tiny_model" in message
+    with pytest.raises(FileNotFoundError, match="no directory"):
+        HFEngine.from_pretrained("/nonexistent/agentrl/model")
+
+
+def test_make_decoder_falls_back_for_other_architectures():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=64,
+                                       bos_token_id=0, eos_token_id=0)).eval()
+    assert isinstance(make_decoder(model), StockDecoder)
+    engine = HFEngine(model, tokenizer=None)
+    out = engine.generate([[1, 2, 3], [4]], SamplingParams(max_new_tokens=5, temperature=1.0, seed=0))
+    for prompt, g in zip([[1, 2, 3], [4]], out):
+        assert torch.allclose(torch.tensor(g.logprobs), _teacher_forced(model, prompt, g.token_ids, 1.0), atol=1e-4)
+
+
+def test_sample_tokens_follows_the_distribution_and_top_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(1000, 1)
+    quantiles = (torch.arange(1000) + 0.5) / 1000  # exact quantiles: counts equal p * 1000
+    tokens, logp = sample_tokens(logits, temperature=1.0, top_p=1.0, uniforms=quantiles)
+    assert torch.bincount(tokens, minlength=4).tolist() == [500, 300, 150, 50]
+    assert torch.allclose(logp, logits[0][tokens], atol=1e-6)
+    # top_p=0.8 keeps {0.5, 0.3}: renormalised to 0.625 / 0.375; log-probs stay untruncated.
+    tokens, logp = sample_tokens(logits, temperature=1.0, top_p=0.8, uniforms=quantiles)
+    assert torch.bincount(tokens, minlength=4).tolist() == [625, 375, 0, 0]
+    assert torch.allclose(logp, logits[0][tokens], atol=1e-6)
+    # Temperature sharpens; u just below 1 never picks a token outside the nucleus.
+    tokens, logp = sample_tokens(logits[:1], temperature=0.5, top_p=0.5, uniforms=torch.tensor([0.999999]))
+    assert tokens.tolist() == [0]
+    assert logp.item() == pytest.approx(torch.log_softmax(logits[0] / 0.5, -1)[0].item(), abs=1e-6)
+    greedy, logp = sample_tokens(logits[:2], temperature=0.0, top_p=1.0, uniforms=torch.zeros(2))
+    assert greedy.tolist() == [0, 0] and logp[0].item() == pytest.approx(0.5 ** 0 * torch.log(torch.tensor(0.5)).item())
