@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -85,3 +86,41 @@ def load_model_and_tokenizer(path: str, device: str = "cpu"):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model.to(device), tok
+
+
+@dataclass
+class Runtime:
+    """The live objects one run needs: policy, tokenizer, sampler, template, tools, rollout."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    engine: object  # agentrl.engines.base.Engine
+    chat: object  # agentrl.chat.ChatTemplate
+    toolbox: object  # agentrl.tool.ToolBox
+    runner: object  # agentrl.rollout.RolloutRunner
+
+
+def make_engine(cfg: Config, model, tokenizer, model_path: str, threads: int):
+    """The generation backend named by ``model.engine``."""
+    if cfg.model.engine == "hf":
+        from agentrl.engines.hf import HFEngine
+
+        return HFEngine(model, tokenizer, seed=cfg.seed, num_threads=threads)
+    from agentrl.engines.vllm import VLLMEngine
+
+    return VLLMEngine(model_path, tokenizer, seed=cfg.seed, **cfg.model.engine_args)
+
+
+def build_runtime(cfg: Config, env, model_path: str) -> Runtime:
+    """Load the model at ``model_path`` and wire engine, chat template, tools and rollout."""
+    from agentrl.chat import ChatTemplate
+    from agentrl.rollout import RolloutRunner
+    from agentrl.tool import ToolBox
+
+    threads = set_threads(cfg.model.num_threads)
+    model, tok = load_model_and_tokenizer(model_path, cfg.model.device)
+    engine = make_engine(cfg, model, tok, model_path, threads)
+    chat = ChatTemplate(tok, cfg.model.template)
+    box = ToolBox(env.tools(), tokenizer=tok, default_timeout=cfg.tools.timeout,
+                  max_output_tokens=cfg.tools.max_output_tokens)
+    return Runtime(model, tok, engine, chat, box, RolloutRunner(engine, chat, box, cfg.rollout))

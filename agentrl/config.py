@@ -35,6 +35,8 @@ class ModelConfig:
     tiny_seed: int = 0  # seed of the tiny model when path == "tiny"
     num_threads: int | None = None  # torch threads; None = min(2, cores) on CPU
     device: str = "cpu"
+    engine: Literal["hf", "vllm"] = "hf"  # generation backend
+    engine_args: dict[str, Any] = field(default_factory=dict)  # e.g. {gpu_memory_utilization: 0.3}
 
 
 @dataclass

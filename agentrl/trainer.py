@@ -10,7 +10,6 @@ Example (a 1-step run of the arithmetic example on the tiny model)::
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import time
@@ -21,16 +20,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agentrl.build import load_model_and_tokenizer, make_env, resolve_model_path, set_threads
-from agentrl.chat import ChatTemplate
+from agentrl.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
 from agentrl.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
 from agentrl.config import Config, ConfigError, config_to_dict, save_config
-from agentrl.engines.hf import HFEngine
 from agentrl.evaluate import EvalResult, evaluate, score_all
 from agentrl.metrics import MetricsWriter, plot_curves, truncate_metrics
 from agentrl.objective import describe_objective
-from agentrl.rollout import RolloutRunner
-from agentrl.tool import ToolBox
 from agentrl.types import Task, Trajectory, write_jsonl
 from agentrl.update import UpdateStats, compute_advantages, grpo_update
 
@@ -62,7 +57,6 @@ class Trainer:
         self.cfg = cfg
         self.log = log
         self.run_dir = cfg.run_dir
-        self.threads = set_threads(cfg.model.num_threads)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
@@ -79,17 +73,14 @@ class Trainer:
                 "or output_dir=... for a new run"
             )
         self.model_path = str(ckpt / "model") if ckpt else resolve_model_path(cfg, self.env)
-        self.model, self.tokenizer = load_model_and_tokenizer(self.model_path, cfg.model.device)
+        rt = build_runtime(cfg, self.env, self.model_path)
+        self.model, self.tokenizer, self.engine = rt.model, rt.tokenizer, rt.engine
+        self.chat, self.toolbox, self.runner = rt.chat, rt.toolbox, rt.runner
         self.ref_model = None
-        if cfg.algo.kl_coef > 0:
+        if cfg.algo.kl_coef > 0:  # the reference is the policy at step 0, frozen
             base = resolve_model_path(cfg, self.env) if ckpt else self.model_path
-            self.ref_model = load_model_and_tokenizer(base, cfg.model.device)[0] if ckpt else copy.deepcopy(self.model)
+            self.ref_model = load_model_and_tokenizer(base, cfg.model.device)[0]
             self.ref_model.requires_grad_(False).eval()
-        self.engine = HFEngine(self.model, self.tokenizer, seed=cfg.seed, num_threads=self.threads)
-        self.chat = ChatTemplate(self.tokenizer, cfg.model.template)
-        self.toolbox = ToolBox(self.env.tools(), tokenizer=self.tokenizer, default_timeout=cfg.tools.timeout,
-                               max_output_tokens=cfg.tools.max_output_tokens)
-        self.runner = RolloutRunner(self.engine, self.chat, self.toolbox, cfg.rollout)
         self.train_tasks: list[Task] = self.env.tasks("train")
         self.test_tasks: list[Task] = self.env.tasks("test")[: cfg.eval.num_tasks]
         self.tasks_by_id = {t.id: t for t in self.train_tasks}
@@ -212,7 +203,7 @@ class Trainer:
             pad_id=self.tokenizer.pad_token_id, norm_len=cfg.algo.norm_len or cfg.rollout.max_total_tokens,
             ref_model=self.ref_model, device=cfg.model.device,
         )
-        self.engine.sync_weights()
+        self.engine.sync_weights(self.model)
         timing["time/update"] = time.perf_counter() - t1
         if cfg.train.log_rollouts:
             write_jsonl(str(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"), trajs)

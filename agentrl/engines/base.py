@@ -40,3 +40,8 @@ class Engine(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample one continuation for each prompt (token ids, never text)."""
         ...
+
+    def sync_weights(self, model=None) -> None:
+        """The trainer took an optimizer step: sample from ``model``'s current weights from
+        now on (in place; engines sharing the trainer's parameters only bump the version)."""
+        ...
