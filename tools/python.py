@@ -1,8 +1,18 @@
-"""The ``python`` tool: the agent runs Python code and reads stdout + stderr.
+"""The ``python`` tool: the agent runs Python code and reads what it printed.
 
-(First, simple version: fresh interpreter per call or a per-trajectory stateful worker, with a
-wall-clock timeout, an allow-listed environment and capped output. The hardened sandbox
-replaces the internals behind the same factory.)
+One argument, ``code``. The observation is stdout and stderr interleaved (capped, head and
+tail kept), the repr of a trailing expression as in a notebook, a traceback on error, and
+one short note when the run was stopped (time limit, output limit, signal). Time and output
+limits come from this configuration, never from the model's arguments.
+
+Backends: ``local`` (default; a sandboxed interpreter on this machine, see
+:mod:`agentrl.tools.sandbox`) and ``e2b`` (E2B cloud sandboxes, optional extra). Modes:
+``fresh`` starts a new interpreter per call (nothing persists); ``stateful`` keeps one
+interpreter per trajectory (variables persist, like a notebook; never shared between
+trajectories) and kills it when the trajectory ends.
+
+``isolation_level`` (``bwrap`` | ``unshare`` | ``rlimits`` | ``e2b``) says how strongly the
+code is isolated; the trainer logs it once.
 
 Example::
 
@@ -12,74 +22,34 @@ Example::
 
     box = ToolBox([python_tool(timeout=5)])
     ctx = box.new_context("t0")
-    assert asyncio.run(box.execute("python", {"code": "print(6 * 7)"}, ctx)).content.strip() == "42"
+    assert asyncio.run(box.execute("python", {"code": "print(6 * 7)"}, ctx)).content == "42\\n"
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
+import dataclasses
+from typing import Any
 
-from agentrl.tool import Tool, ToolContext, tool
+from agentrl.tool import Tool, ToolContext
 
-_PY = os.path.realpath(sys.executable)
-_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+from .sandbox.config import IsolationRequest, SandboxConfig
+from .sandbox.local import LocalExecutor
+from .sandbox.worker import StatefulWorker
 
-_BOOT = r"""
-import sys, os
-src = sys.stdin.read()
-sys.stdin = open(os.devnull)
-os.dup2(sys.stdin.fileno(), 0)
-g = {"__name__": "__main__", "__builtins__": __builtins__}
-try:
-    exec(compile(src, "<cell>", "exec"), g)
-except SystemExit:
-    raise
-except BaseException:
-    import traceback
-    et, ev, tb = sys.exc_info()
-    traceback.print_exception(et, ev, tb.tb_next)
-"""
+BACKENDS = ("local", "e2b")
+MODES = ("fresh", "stateful")
+# Slack on top of the code's own limit for the ToolBox's backstop timeout: a call may wait for
+# a pool slot (or an E2B sandbox to start) before its code runs. The sandbox enforces the
+# real limit itself and says so in the observation.
+_QUEUE_SLACK_S = 60.0
 
 
-def _run_fresh(code: str, timeout: float, max_chars: int) -> str:
-    with tempfile.TemporaryDirectory(prefix="agentrl-py-") as work:
-        proc = subprocess.Popen(
-            [_PY, "-I", "-S", "-u", "-c", _BOOT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=work,
-            env={**_ENV, "HOME": work},
-            start_new_session=True,
-        )
-        try:
-            out, _ = proc.communicate(code.encode("utf-8", "replace"), timeout=timeout)
-            note = ""
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            note = f"\n[timed out after {timeout:g}s; process killed]"
-    return _cap(out.decode("utf-8", "replace"), max_chars) + note
+class PythonTool(Tool):
+    """The ``python`` tool; build with :func:`python_tool`."""
 
-
-def _cap(text: str, max_chars: int) -> str:
-    if len(text) <= max_chars:
-        return text
-    half = max_chars // 2
-    return text[:half] + f"\n...[{len(text) - 2 * half} characters cut]...\n" + text[-half:]
-
-
-class _History:
-    """Stand-in for a stateful worker: replays earlier successful cells (simple version)."""
-
-    def __init__(self) -> None:
-        self.cells: list[str] = []
-        self.lock = threading.Lock()
+    isolation_level: str
+    backend: str
+    mode: str
 
 
 def python_tool(
@@ -88,30 +58,79 @@ def python_tool(
     mode: str = "fresh",
     timeout: float = 10.0,
     max_output_chars: int = 4000,
-) -> Tool:
-    """The ``python`` tool (argument ``code: str``) returning stdout + stderr as text."""
-    if backend != "local":
-        raise ValueError(f"backend {backend!r} is not available yet; use backend='local'")
-    if mode not in ("fresh", "stateful"):
-        raise ValueError(f"mode must be 'fresh' or 'stateful', got {mode!r}")
+    memory_mb: int = 1024,
+    isolation: IsolationRequest = "auto",
+    site_packages: bool = False,
+    max_concurrency: int | None = None,
+    config: SandboxConfig | None = None,
+    e2b_template: str | None = None,
+) -> PythonTool:
+    """The ``python`` tool (argument ``code: str``), returning stdout + stderr as text.
 
-    @tool(name="python", timeout=timeout + 5)
-    def python(code: str, ctx: ToolContext) -> str:
-        """Run Python code and return what it printed (stdout and stderr). Use print() to see values.
+    ``config`` gives every local-sandbox limit at once (then ``timeout``, ``max_output_chars``,
+    ``memory_mb``, ``isolation``, ``site_packages`` and ``max_concurrency`` override its fields).
+    ``site_packages=True`` lets the code import the packages installed next to agentrl (numpy...);
+    it costs startup time in fresh mode. Raises at construction when the backend cannot work
+    here (no isolation level available, no E2B key), so a run fails before training starts.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    cfg = dataclasses.replace(
+        config or SandboxConfig(), timeout=timeout, max_output_chars=max_output_chars, memory_mb=memory_mb,
+        isolation=isolation, site_packages=site_packages, max_concurrency=max_concurrency,
+    )
+    description = _description(mode, timeout)
+    if backend == "e2b":
+        from .sandbox.e2b import E2BExecutor
+
+        remote = E2BExecutor(timeout, max_output_chars, mode, template=e2b_template)
+
+        async def python_e2b(code: str, ctx: ToolContext) -> str:
+            box = ctx.state.get("python_e2b")
+            if box is None:
+                box = ctx.state["python_e2b"] = await remote.open()
+                ctx.on_close(box.kill)
+            return await remote.run(box, code)
+
+        return _make(python_e2b, description, timeout, remote.isolation_level, backend, mode)
+
+    local = LocalExecutor(cfg)
+
+    async def python(code: str, ctx: ToolContext) -> str:
+        if mode == "fresh":
+            return (await local.arun(code)).observation()
+        session = ctx.state.get("python_session")
+        if not isinstance(session, StatefulWorker):
+            session = ctx.state["python_session"] = local.session()
+            ctx.on_close(session.close)
+        return (await session.arun(code)).observation()
+
+    t = _make(python, description, timeout, local.isolation_level, backend, mode)
+    t.executor = local  # type: ignore[attr-defined]
+    return t
+
+
+def _make(fn: Any, description: str, timeout: float, level: str, backend: str, mode: str) -> PythonTool:
+    fn.__doc__ = f"""{description}
 
         Args:
             code: Python source code to run.
         """
-        if mode == "fresh":
-            return _run_fresh(code, timeout, max_output_chars)
-        hist = ctx.state.setdefault("python_history", _History())
-        assert isinstance(hist, _History)
-        with hist.lock:
-            prefix = "".join(f"import io as _io, contextlib as _c\nwith _c.redirect_stdout(_io.StringIO()):\n    exec({c!r})\n" for c in hist.cells)
-            out = _run_fresh(prefix + code, timeout, max_output_chars)
-            if "Traceback" not in out and "[timed out" not in out:
-                hist.cells.append(code)
-        return out
+    t = PythonTool(fn, name="python", description=description, timeout=timeout + _QUEUE_SLACK_S)
+    t.isolation_level, t.backend, t.mode = level, backend, mode
+    return t
 
-    python.isolation_level = "none"  # type: ignore[attr-defined]
-    return python
+
+def _description(mode: str, timeout: float) -> str:
+    persist = (
+        "Variables, imports and functions persist between calls, like a notebook."
+        if mode == "stateful"
+        else "Each call starts a new interpreter: nothing persists between calls."
+    )
+    return (
+        "Run Python code and return what it printed (stdout and stderr); the value of a final "
+        f"expression is shown too. Use print() to see results. {persist} No network access; "
+        f"time limit {timeout:g}s per call."
+    )

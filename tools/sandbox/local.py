@@ -1,0 +1,97 @@
+"""The local backend: run Python code in a fresh sandboxed interpreter, or open a stateful session.
+
+Example::
+
+    from agentrl.tools.sandbox import LocalExecutor, SandboxConfig
+    ex = LocalExecutor(SandboxConfig(timeout=5))
+    assert ex.run("print(6 * 7)").output == "42\\n"
+    with ex.session() as s:
+        s.run("x = 2")
+        assert s.run("x + 1").output == "3\\n"
+"""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import contextmanager
+from typing import Iterator
+
+from .config import SandboxConfig
+from .isolation import Isolation, Launch
+from .pool import ExecPool, shared_pool
+from .process import SandboxProcess, pump
+from .result import ExecResult, exit_status
+
+
+class LocalExecutor:
+    """Sandboxed local runs under one configuration; ``isolation_level`` says how strongly."""
+
+    def __init__(self, config: SandboxConfig | None = None, pool: ExecPool | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.isolation = Isolation.for_config(self.config)
+        self.pool = pool or shared_pool(self.config.max_concurrency)
+
+    @property
+    def isolation_level(self) -> str:
+        return self.isolation.level
+
+    @contextmanager
+    def lease_uid(self) -> Iterator[int | None]:
+        """An unprivileged uid of its own for one sandbox (None when not root)."""
+        if self.isolation.leases is None:
+            yield None
+            return
+        with self.isolation.leases.lease() as uid:
+            yield uid
+
+    def start(self, child_args: list[str], uid: int | None, stdin: bytes | None, pass_fds: tuple[int, ...] = ()) -> tuple[SandboxProcess, Launch]:
+        """Launch ``child.py`` with ``child_args`` in the sandbox (the caller must :meth:`finish` it)."""
+        launch = self.isolation.launch(child_args, uid)
+        marker = None if (uid is not None or launch.own_pid_namespace) else secrets.token_hex(8)
+        try:
+            proc = SandboxProcess(
+                launch.argv, launch.env, launch.cwd, self.config.max_output_chars,
+                stdin=stdin, pass_fds=pass_fds, uid=None if launch.own_pid_namespace else uid, marker=marker,
+            )
+        except BaseException:
+            self.isolation.cleanup(launch)
+            raise
+        return proc, launch
+
+    def finish(self, proc: SandboxProcess, launch: Launch, reason: str, timeout_s: float) -> ExecResult:
+        """Kill what is left of a run, clean its directory, and describe it."""
+        proc.kill()
+        self.isolation.cleanup(launch)
+        cap = proc.capture
+        return ExecResult(
+            output=cap.text(),
+            exit_code=None if reason != "done" else exit_status(proc.returncode, wrapped=launch.own_pid_namespace),
+            timed_out=reason == "timeout",
+            output_limited=reason == "output",
+            duration_s=proc.elapsed,
+            timeout_s=timeout_s,
+            max_output_bytes=self.config.max_output_bytes,
+            truncated=cap.cut > 0,
+        )
+
+    def run(self, code: str) -> ExecResult:
+        """Run ``code`` in a new interpreter and wait (blocking; bounded by the pool and timeout)."""
+        cfg = self.config
+        with self.pool.slot(), self.lease_uid() as uid:
+            proc, launch = self.start(["run", self.isolation.limits(cfg.cpu_seconds_per_call)], uid, code.encode("utf-8", "surrogatepass"))
+            reason = "error"
+            try:
+                reason = pump([proc], lambda: proc.exited, cfg.timeout, cfg.max_output_bytes)
+            finally:
+                result = self.finish(proc, launch, reason, cfg.timeout)
+            return result
+
+    async def arun(self, code: str) -> ExecResult:
+        """:meth:`run` without blocking the event loop."""
+        return await self.pool.call(self.run, code)
+
+    def session(self) -> "StatefulWorker":
+        """A stateful interpreter (started on first use); close it when the trajectory ends."""
+        from .worker import StatefulWorker
+
+        return StatefulWorker(self)

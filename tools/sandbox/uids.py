@@ -1,0 +1,86 @@
+"""Unprivileged user ids for sandboxes started by root, one per live sandbox.
+
+A distinct uid per sandbox means the code cannot signal, trace or read the memory of the
+parent or of another sandbox, RLIMIT_NPROC (counted per uid) bounds each sandbox alone, and
+every process left behind can be found and killed by its uid. Leases are ``flock``-ed files,
+so several trainer processes on one host never hand out the same uid; a crashed holder's
+locks vanish with it.
+
+Example::
+
+    from agentrl.tools.sandbox.uids import UidLeases
+    leases = UidLeases(base=1_000_000, count=64)
+    with leases.lease() as uid:
+        assert 1_000_000 <= uid < 1_000_064
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import stat
+import tempfile
+import threading
+from typing import Iterator
+
+
+class UidLeases:
+    """Hands out uids in ``[base, base + count)`` exclusively across threads and processes."""
+
+    def __init__(self, base: int, count: int, lock_dir: str | None = None) -> None:
+        self.base = base
+        self.count = count
+        self.lock_dir = lock_dir or _default_lock_dir()
+        self._held: set[int] = set()
+        self._mutex = threading.Lock()
+
+    def acquire(self) -> tuple[int, int]:
+        """Lease a uid; returns ``(uid, lock_fd)``. Release with :meth:`release`."""
+        start = random.randrange(self.count)
+        for i in range(self.count):
+            uid = self.base + (start + i) % self.count
+            with self._mutex:
+                if uid in self._held:
+                    continue
+                self._held.add(uid)
+            fd = os.open(os.path.join(self.lock_dir, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                with self._mutex:
+                    self._held.discard(uid)
+                continue
+            return uid, fd
+        raise RuntimeError(
+            f"all {self.count} sandbox uids from {self.base} are in use; raise SandboxConfig.uid_count "
+            "or lower max_concurrency / the number of live stateful sessions"
+        )
+
+    def release(self, uid: int, fd: int) -> None:
+        os.close(fd)  # closing drops the flock
+        with self._mutex:
+            self._held.discard(uid)
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[int]:
+        uid, fd = self.acquire()
+        try:
+            yield uid
+        finally:
+            self.release(uid, fd)
+
+
+def _default_lock_dir() -> str:
+    """A root-owned directory nobody else can write (refuses a planted one)."""
+    path = os.path.join(tempfile.gettempdir(), f"agentrl-sandbox-uids-{os.geteuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{path} is not a private directory of this user; remove it and retry")
+    return path
