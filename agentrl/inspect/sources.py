@@ -53,7 +53,7 @@ class Sources:
 
     @property
     def is_run_dir(self) -> bool:
-        return self.metrics is not None or self.config is not None
+        return self.metrics is not None or self.config is not None or (self.root / "rollouts").is_dir()
 
 
 def step_of(path: Path) -> int | None:

@@ -25,7 +25,7 @@ Example::
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path  # noqa: F401 (doc example)
 
 from rich.console import Console
 from rich.table import Table
@@ -34,7 +34,7 @@ from rich.text import Text
 from agentrl.inspect.decode import Decoding
 from agentrl.inspect.loader import Record
 from agentrl.inspect.summary import SummaryRow
-from agentrl.inspect.tokens import ratio_stats, span_facts
+from agentrl.inspect.tokens import ratio_stats, span_facts, token_kinds
 from agentrl.types import Trajectory
 
 KIND_STYLES: dict[str, tuple[str, str]] = {  # (even token, odd token)
@@ -68,9 +68,9 @@ def summary_table(rows: list[SummaryRow]) -> Table:
     table = Table(title="rollouts", title_justify="left", show_edge=False, pad_edge=False)
     for name, justify in [("step/file", "left"), ("attempts", "right"), ("reward", "right"),
                           ("groups", "right"), ("zero-var", "right"), ("finish", "left"),
-                          ("tool calls", "right"), ("tool err", "right"), ("tokens", "right"),
+                          ("calls", "right"), ("call err", "right"), ("tokens", "right"),
                           ("trained", "right"), ("problems", "right")]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name in ("step/file", "finish"))  # type: ignore[arg-type]
     shown = rows
     if len(rows) > MAX_SUMMARY_ROWS:
         shown = rows[:5] + [None] + rows[-(MAX_SUMMARY_ROWS - 6):]  # type: ignore[operator]
@@ -104,25 +104,19 @@ def _header(t: Trajectory, rec: Record, ordinal: str) -> list[Text]:
     return [title, facts, ratio]
 
 
-def _span_text(t: Trajectory, texts: list[str], start: int, end: int, color: bool) -> Text:
+def _span_text(t: Trajectory, texts: list[str], kinds: list[str], start: int, end: int, color: bool) -> Text:
     text = Text()
     for i in range(max(0, start), min(len(texts), end)):
-        piece = safe_text(texts[i])
+        # The newline glyph keeps newline tokens (often template, masked) visible.
+        piece = safe_text(texts[i]).replace("\n", "↵\n")
         if not color:
             text.append(piece)
             continue
-        style = KIND_STYLES.get(_kind_at(t, i), KIND_STYLES["unknown"])[i % 2]
+        style = KIND_STYLES.get(kinds[i], KIND_STYLES["unknown"])[i % 2]
         if i < len(t.loss_mask) and t.loss_mask[i] == 1:
             style += " underline"
         text.append(piece, style=style)
     return text
-
-
-def _kind_at(t: Trajectory, i: int) -> str:
-    for s in t.spans:
-        if s.start <= i < s.end:
-            return s.kind
-    return "unknown"
 
 
 def _elide(lines: list[Text], keep: int) -> list[Text]:
@@ -140,6 +134,7 @@ def print_trajectory(console: Console, rec: Record, decoding: Decoding, ordinal:
     for line in _header(t, rec, ordinal or "1"):
         console.print(line, highlight=False)
     texts = decoding.decode(t.token_ids) if decoding.decode is not None else None
+    kinds = token_kinds(t)
     for f in span_facts(t):
         label = Text(f" {f.kind:<8} {f.start:>5}–{f.end:<5} ", style=KIND_STYLES.get(f.kind, ("magenta",))[0]
                      + (" bold" if color else ""))
@@ -153,11 +148,11 @@ def print_trajectory(console: Console, rec: Record, decoding: Decoding, ordinal:
                 label.append("  ⚠ model span with no trained token", style="bold red")
         console.print(label, highlight=False)
         if texts is not None:
-            lines = _span_text(t, texts, f.start, f.end, color).split("\n", allow_blank=True)
+            lines = _span_text(t, texts, kinds, f.start, f.end, color).split("\n")
             if f.kind == "prompt" and not full:
                 lines = _elide(list(lines), PROMPT_LINES)
             for line in lines:
-                console.print(Text("   │ ", style="dim") + line, highlight=False, soft_wrap=False)
+                console.print(Text.assemble(("   │ ", "dim"), line), highlight=False, soft_wrap=False)
         else:
             ids = t.token_ids[max(0, f.start):f.end]
             more = f" … (+{len(ids) - IDS_PER_SPAN})" if len(ids) > IDS_PER_SPAN else ""

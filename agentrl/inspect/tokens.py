@@ -110,3 +110,28 @@ def span_facts(t: Trajectory) -> list[SpanFacts]:
             min_logprob=min(lps) if lps else None,
         ))
     return out
+
+
+def tiling_segments(t: Trajectory) -> list[tuple[int, int, str]]:
+    """(start, end, kind) blocks covering every token exactly once, in order.
+
+    Spans are taken as written, clipped to the sequence; gaps and overlaps (a broken
+    trajectory) become ``unknown`` blocks or are cut, so a viewer renders each token once.
+
+    >>> from agentrl.types import Span
+    >>> tiling_segments(Trajectory([1, 2, 3, 4], 1, [0, 1, 0, 0], [0.0] * 4, [Span(0, 1, "prompt"), Span(1, 2, "model")], []))
+    [(0, 1, 'prompt'), (1, 2, 'model'), (2, 4, 'unknown')]
+    """
+    n = len(t.token_ids)
+    out: list[tuple[int, int, str]] = []
+    pos = 0
+    for s in sorted(t.spans, key=lambda s: (s.start, s.end)):
+        a, b = max(s.start, pos), min(s.end, n)
+        if a > pos:
+            out.append((pos, min(a, n), "unknown"))
+        if b > a:
+            out.append((a, b, s.kind))
+        pos = max(pos, b, min(a, n))
+    if pos < n:
+        out.append((pos, n, "unknown"))
+    return out
