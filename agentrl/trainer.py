@@ -96,6 +96,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
+        self.tokenizer.save_pretrained(self.run_dir / "tokenizer")  # lets `agentrl inspect` decode ids
         self.metrics = MetricsWriter(self.run_dir)
 
     # -- bookkeeping ----------------------------------------------------------------------
