@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from agentrl.env import Score, Split, final_answer
 from agentrl.tools.corpus import Corpus, Document, resolve_corpus
+from agentrl.tools.search_index import STOPWORDS
 from agentrl.types import Message, Task, ToolCall
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ SYSTEM_PROMPT = (
     "documents (open reads one by its id), then reply with the exact title inside <answer></answer>."
 )
 MASK = "___"
+DEMO_QUERY_WORDS = 8  # demonstrations search with this many keywords of the clue
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _DISAMBIGUATOR = re.compile(r"\s*\([^)]*\)\s*$")
 _WORD = re.compile(r"[^\W_]+")
@@ -95,6 +97,16 @@ def masked_clue(doc: Document, sentences: int = 2) -> str:
     clue = "".join(out) + clue[pos:]
     # "___ ___" reveals how many words the title has; collapse runs of masks into one.
     return _MASK_RUN.sub(MASK, clue)
+
+
+def keyword_query(clue: str, max_words: int = DEMO_QUERY_WORDS) -> str:
+    """The first ``max_words`` distinct non-stopwords of a clue, as written: a short query.
+
+    >>> keyword_query("___ is a port town of Vyfel at the mouth of the Dravmoum.", 4)
+    'port town Vyfel mouth'
+    """
+    words = [w for w in _WORD.findall(clue) if w.lower() not in STOPWORDS]
+    return " ".join(list(dict.fromkeys(words))[:max_words])
 
 
 def question(clue: str) -> str:
@@ -209,9 +221,10 @@ class SearchQAEnv:
     def demonstrations(self, n: int, seed: int) -> list[list[Message]]:
         """``n`` correct conversations in rollout shape, from train tasks the search solves.
 
-        system, user, assistant calling ``search(query=<clue>)``, the real observation,
-        assistant ``<answer>Title</answer>``. Tasks whose gold document is not in the
-        results are skipped, so no demonstration answers from nowhere.
+        system, user, assistant calling ``search(query=<keywords of the clue>)`` (see
+        :func:`keyword_query`), the real observation, assistant ``<answer>Title</answer>``.
+        Tasks whose gold document is not in the results are skipped, so no demonstration
+        answers from nowhere.
         """
         search = self.tools()[0]
         pool = list(self._splits["train"])
@@ -220,7 +233,7 @@ class SearchQAEnv:
         for task in pool:
             if len(out) >= n:
                 break
-            observation = search.fn(query=task.metadata["clue"], top_k=self.top_k)
+            observation = search.fn(query=keyword_query(task.metadata["clue"]), top_k=self.top_k)
             if f"(id: {task.metadata['doc_id']})" in observation:
                 out.append(self.demonstration(task, observation))
         if len(out) < n:
@@ -229,7 +242,7 @@ class SearchQAEnv:
 
     def demonstration(self, task: Task, observation: str) -> list[Message]:
         """The ideal conversation for ``task`` given the search tool's ``observation``."""
-        call = ToolCall(name="search", arguments={"query": task.metadata["clue"]})
+        call = ToolCall(name="search", arguments={"query": keyword_query(task.metadata["clue"])})
         return [Message("system", self.system_prompt), Message("user", task.prompt),
                 Message("assistant", "", tool_calls=[call]),
                 Message("tool", observation, name="search"),

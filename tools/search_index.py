@@ -59,7 +59,7 @@ _TOKENIZER = "porter unicode61 remove_diacritics 2"
 _WORD_RE = re.compile(r"[^\W_]+")
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CHAR_MAP = {"Cf": "", "Cc": " "}  # unicode category -> replacement
-_STOPWORDS = frozenset(
+STOPWORDS = frozenset(
     "a an and are as at be by for from has have he her his in is it its of on or she that the "
     "their they this to was were which who with what when where how not near".split()
 )
@@ -78,7 +78,7 @@ def query_words(text: str) -> list[str]:
     ['cats', 'dogs', 'title', 'x', '1', 'drop', 'table', 'documents']
     """
     words = _words(text[: MAX_QUERY_CHARS * 2])
-    content = [w for w in words if w not in _STOPWORDS]
+    content = [w for w in words if w not in STOPWORDS]
     return list(dict.fromkeys(content or words))[:MAX_QUERY_TERMS]
 
 
