@@ -224,7 +224,7 @@ class SearchQAEnv:
         system, user, assistant calling ``search(query=<keywords of the clue>)`` (see
         :func:`keyword_query`), the real observation, assistant ``<answer>Title</answer>``.
         Tasks whose gold document is not in the results are skipped, so no demonstration
-        answers from nowhere.
+        answers from nowhere. When ``n`` exceeds the solvable train tasks they repeat, in order.
         """
         search = self.tools()[0]
         pool = list(self._splits["train"])
@@ -236,9 +236,9 @@ class SearchQAEnv:
             observation = search.fn(query=keyword_query(task.metadata["clue"]), top_k=self.top_k)
             if f"(id: {task.metadata['doc_id']})" in observation:
                 out.append(self.demonstration(task, observation))
-        if len(out) < n:
-            raise ValueError(f"only {len(out)} train tasks are solved by one search; ask for fewer demonstrations")
-        return out
+        if n > 0 and not out:
+            raise ValueError("no train task is solved by one keyword search; check the corpus and num_train")
+        return [out[i % len(out)] for i in range(n)]
 
     def demonstration(self, task: Task, observation: str) -> list[Message]:
         """The ideal conversation for ``task`` given the search tool's ``observation``."""

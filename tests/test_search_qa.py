@@ -125,8 +125,12 @@ def test_demonstrations_are_correct_conversations(env):
         assert call.name == "search" and 1 <= len(call.arguments["query"].split()) <= 8  # keywords, not the clue
         assert env.score(task, conv).reward == 1.0
     assert env.demonstrations(4, seed=0)[0][1].content == demos[0][1].content
-    with pytest.raises(ValueError, match="fewer demonstrations"):
-        env.demonstrations(10_000, seed=0)
+    many = env.demonstrations(3 * len(env.tasks("train")), seed=0)  # a warm start asks for thousands
+    solvable = len({conv[1].content for conv in many})
+    assert len(many) == 3 * len(env.tasks("train")) and solvable >= 0.9 * len(env.tasks("train"))
+    assert [c[1].content for c in many[solvable:2 * solvable]] == [c[1].content for c in many[:solvable]]
+    with pytest.raises(ValueError, match="no train task"):
+        SearchQAEnv("mini_wiki", num_train=0, cache_dir=env.cache_dir).demonstrations(1, seed=0)
 
 
 def test_bad_arguments_are_clear_errors(tmp_path):
