@@ -96,7 +96,8 @@ def main() -> None:
     questions = random.Random(0).sample(tasks, min(args.questions, len(tasks)))
     rng = random.Random(1)
     prompts = [rng.choice(tasks).prompt for _ in range(args.queries)]
-    keywords = [" ".join(rng.sample(d.title.split() + d.text.split()[:12], k=3)) for d in rng.choices(docs, k=args.queries)]
+    keywords = [" ".join(rng.sample(d.title.split() + d.text.split()[:12], k=3))
+                for d in rng.choices(docs, k=args.queries)]
     adversarial = [ADVERSARIAL[i % len(ADVERSARIAL)] for i in range(min(args.queries, 400))]
 
     search = lambda q: index.search(q, 5)  # noqa: E731

@@ -28,10 +28,14 @@ from agentrl.tools.search_ddgs import (
 # Shapes ddgs 9 returns (TextResult: title/href/body; NewsResult: date/title/body/url/image/source),
 # including the noise a real engine produces: duplicates, missing fields, non-dicts.
 RECORDED_TEXT = [
-    {"title": "Python (programming language) - Wikipedia", "href": "https://en.wikipedia.org/wiki/Python_(programming_language)",
-     "body": "Python is a high-level,  general-purpose programming language.\nIts design philosophy emphasizes code readability."},
-    {"title": "Welcome to Python.org", "href": "https://www.python.org/", "body": "The official home of the Python Programming Language."},
-    {"title": "Duplicate of the first", "href": "https://en.wikipedia.org/wiki/Python_(programming_language)", "body": "dup"},
+    {"title": "Python (programming language) - Wikipedia",
+     "href": "https://en.wikipedia.org/wiki/Python_(programming_language)",
+     "body": "Python is a high-level,  general-purpose programming language.\n"
+             "Its design philosophy emphasizes code readability."},
+    {"title": "Welcome to Python.org", "href": "https://www.python.org/",
+     "body": "The official home of the Python Programming Language."},
+    {"title": "Duplicate of the first", "href": "https://en.wikipedia.org/wiki/Python_(programming_language)",
+     "body": "dup"},
     {"title": "", "href": "https://docs.python.org/3/", "body": ""},
     {"title": "No link at all", "href": "", "body": "skipped"},
     "not a dict",

@@ -69,7 +69,8 @@ def test_masked_clue_masks_title_words_and_collapses_runs():
     doc = Document("x", "River Orsk (stream)", "The River Orsk flows. Orsk boatmen row. The river ends. Later text.")
     assert masked_clue(doc, 2) == "The ___ flows. ___ boatmen row."
     assert masked_clue(Document("m", "Mir", "Mir was a station. Admiral Mir."), 1) == "___ was a station."
-    assert masked_clue(Document("a", "Al-Jabr", "The book Al-Jabr, or al-jabr, is old."), 1) == "The book ___, or ___, is old."
+    al_jabr = Document("a", "Al-Jabr", "The book Al-Jabr, or al-jabr, is old.")
+    assert masked_clue(al_jabr, 1) == "The book ___, or ___, is old."
 
 
 def test_normalize_answer():
