@@ -185,6 +185,46 @@ def test_weight_updates_are_seen_without_reloading(engine):
                               atol=1e-4)
 
 
+class _Adapted(torch.nn.Module):
+    """A LoRA-like wrapper: base projection plus a learned delta."""
+
+    def __init__(self, base: torch.nn.Linear):
+        super().__init__()
+        self.base = base
+        self.delta = torch.nn.Linear(base.in_features, base.out_features, bias=False)
+        torch.nn.init.normal_(self.delta.weight, std=0.5, generator=torch.Generator().manual_seed(1))
+
+    @property
+    def weight(self):
+        return self.base.weight
+
+    def forward(self, x):
+        return self.base(x) + self.delta(x)
+
+
+def test_adapter_wrapped_projection_switches_to_the_stock_decoder(engine):
+    prompts = _prompts(engine)
+    assert isinstance(engine.decoder, FastDecoder)
+    layer = engine.model.model.layers[0]
+    layer.self_attn.q_proj = _Adapted(layer.self_attn.q_proj)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=5, temperature=1.0, seed=0))
+    assert isinstance(engine.decoder, StockDecoder)
+    for prompt, g in zip(prompts, out):
+        assert torch.allclose(torch.tensor(g.logprobs), _teacher_forced(engine.model, prompt, g.token_ids, 1.0),
+                              atol=1e-4)
+
+
+def test_thread_count_applies_to_the_call_only(model_dir):
+    small = HFEngine.from_pretrained(model_dir)
+    assert small.num_threads == 1  # tiny model on CPU
+    torch.set_num_threads(2)
+    try:
+        small.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+
+
 def test_from_pretrained_offline_error_names_the_fix(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError) as info:
@@ -194,6 +234,21 @@ def test_from_pretrained_offline_error_names_the_fix(monkeypatch):
     assert "local directory" in message and "ensure_tiny_model" in message
     with pytest.raises(FileNotFoundError, match="no directory"):
         HFEngine.from_pretrained("/nonexistent/agentrl/model")
+
+
+@pytest.mark.parametrize("kv_heads", [4, 1])
+def test_fast_decoder_covers_llama(kv_heads):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=24,
+                                         bos_token_id=0, eos_token_id=1, pad_token_id=0)).eval()
+    assert isinstance(make_decoder(model), FastDecoder)
+    assert max_logit_gap(model, FastDecoder(model)) < 1e-4
+    out = HFEngine(model, None).generate([[3, 4, 5, 6], [7]], SamplingParams(max_new_tokens=6, seed=1))
+    for prompt, g in zip([[3, 4, 5, 6], [7]], out):
+        assert torch.allclose(torch.tensor(g.logprobs), _teacher_forced(model, prompt, g.token_ids, 1.0), atol=1e-4)
 
 
 def test_make_decoder_falls_back_for_other_architectures():
@@ -211,16 +266,49 @@ def test_make_decoder_falls_back_for_other_architectures():
 def test_sample_tokens_follows_the_distribution_and_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(1000, 1)
     quantiles = (torch.arange(1000) + 0.5) / 1000  # exact quantiles: counts equal p * 1000
-    tokens, logp = sample_tokens(logits, temperature=1.0, top_p=1.0, uniforms=quantiles)
+    tokens, logp = sample_tokens(logits.clone(), temperature=1.0, top_p=1.0, uniforms=quantiles)
     assert torch.bincount(tokens, minlength=4).tolist() == [500, 300, 150, 50]
     assert torch.allclose(logp, logits[0][tokens], atol=1e-6)
     # top_p=0.8 keeps {0.5, 0.3}: renormalised to 0.625 / 0.375; log-probs stay untruncated.
-    tokens, logp = sample_tokens(logits, temperature=1.0, top_p=0.8, uniforms=quantiles)
+    tokens, logp = sample_tokens(logits.clone(), temperature=1.0, top_p=0.8, uniforms=quantiles)
     assert torch.bincount(tokens, minlength=4).tolist() == [625, 375, 0, 0]
     assert torch.allclose(logp, logits[0][tokens], atol=1e-6)
     # Temperature sharpens; u just below 1 never picks a token outside the nucleus.
-    tokens, logp = sample_tokens(logits[:1], temperature=0.5, top_p=0.5, uniforms=torch.tensor([0.999999]))
+    tokens, logp = sample_tokens(logits[:1].clone(), temperature=0.5, top_p=0.5, uniforms=torch.tensor([0.999999]))
     assert tokens.tolist() == [0]
     assert logp.item() == pytest.approx(torch.log_softmax(logits[0] / 0.5, -1)[0].item(), abs=1e-6)
-    greedy, logp = sample_tokens(logits[:2], temperature=0.0, top_p=1.0, uniforms=torch.zeros(2))
+    greedy, logp = sample_tokens(logits[:2].clone(), temperature=0.0, top_p=1.0, uniforms=torch.zeros(2))
     assert greedy.tolist() == [0, 0] and logp[0].item() == pytest.approx(0.5 ** 0 * torch.log(torch.tensor(0.5)).item())
+
+
+@pytest.mark.parametrize("vocab,spread", [(1000, 3.0), (3000, 6.0), (3000, 0.01)])
+def test_sample_tokens_matches_softmax_on_big_vocabularies(vocab, spread):
+    # Several blocks plus a ragged tail (1000 = 31 * 32 + 8, 3000 = 46 * 64 + 56); spread 6 puts the
+    # top-p nucleus in the first 1024 candidates, spread 0.01 (near uniform) forces the full sort.
+    n = 2000
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(vocab)) * spread
+    quantiles = (torch.arange(n) + 0.5) / n
+    probs = torch.softmax(logits / 0.8, -1)
+    tokens, logp = sample_tokens(logits.repeat(n, 1), temperature=0.8, top_p=1.0, uniforms=quantiles)
+    counts = torch.bincount(tokens, minlength=vocab).float()
+    assert (counts - probs * n).abs().max() <= 1.01
+    assert torch.allclose(logp, probs.log()[tokens], atol=1e-5)
+
+    sorted_p, order = probs.sort(descending=True)
+    kept = order[(sorted_p.cumsum(0) - sorted_p) < 0.9]
+    nucleus = torch.zeros(vocab)
+    nucleus[kept] = probs[kept] / probs[kept].sum()
+    tokens, logp = sample_tokens(logits.repeat(n, 1), temperature=0.8, top_p=0.9, uniforms=quantiles)
+    counts = torch.bincount(tokens, minlength=vocab).float()
+    assert (counts - nucleus * n).abs().max() <= 1.01
+    assert set(tokens.unique().tolist()) <= set(kept.tolist())
+    assert torch.allclose(logp, probs.log()[tokens], atol=1e-5)
+
+
+def test_greedy_picks_the_first_maximum_on_a_big_vocabulary():
+    logits = torch.randn(6, 3001, generator=torch.Generator().manual_seed(0))
+    logits[1, 3000] = 50.0  # in the short last block
+    logits[2, [7, 2000]] = 50.0  # a tie: the first index wins, like torch.argmax
+    tokens, logp = sample_tokens(logits.clone(), temperature=0.0, top_p=1.0, uniforms=torch.zeros(6))
+    assert tokens.tolist() == logits.argmax(-1).tolist() and tokens[1] == 3000 and tokens[2] == 7
+    assert torch.allclose(logp, torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0], atol=1e-5)

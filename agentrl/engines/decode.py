@@ -132,11 +132,18 @@ class FastDecoder:
             return False
         rope = (getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {})
         inner = getattr(model, "model", None)
-        return (getattr(cfg, "hidden_act", None) == "silu"
+        try:  # plain Linear projections only: an adapter (LoRA) wrapping one changes the math
+            linears = [getattr(layer.self_attn, n) for layer in inner.layers for n in ("q_proj", "k_proj", "v_proj",
+                       "o_proj")] + [getattr(layer.mlp, n) for layer in inner.layers
+                                     for n in ("gate_proj", "up_proj", "down_proj")] + [model.lm_head]
+        except AttributeError:
+            return False
+        return (all(type(m) is torch.nn.Linear for m in linears)
+                and getattr(cfg, "hidden_act", None) == "silu"
                 and all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or ["full_attention"]))
                 and rope.get("rope_type", "default") not in ("dynamic", "longrope")
                 and not getattr(cfg, "mlp_bias", False)
-                and inner is not None and hasattr(inner, "rotary_emb") and hasattr(inner, "layers"))
+                and hasattr(inner, "rotary_emb"))
 
     def _layers(self) -> list[_Layer]:
         out = []

@@ -12,6 +12,7 @@ the quantity the trainer recomputes for the importance ratio.
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -29,34 +30,92 @@ def sample_tokens(logits: Tensor, *, temperature: float, top_p: float, uniforms:
     u * total, u = ``uniforms[row]`` in [0, 1). T = 0 is greedy (argmax). The log-prob returned
     is log_softmax(logits / T)[token] (T = 1 when greedy), untruncated by top_p.
 
+    ``logits`` (B, V) float32 is overwritten: with a 150k vocabulary every vocab-sized
+    temporary costs a fresh allocation per step, so the work happens in place.
+
     >>> lg = torch.tensor([[0.0, 2.0, 1.0]])
-    >>> sample_tokens(lg, temperature=0.0, top_p=1.0, uniforms=torch.zeros(1))[0].tolist()
+    >>> sample_tokens(lg.clone(), temperature=0.0, top_p=1.0, uniforms=torch.zeros(1))[0].tolist()
     [1]
-    >>> sample_tokens(lg, temperature=1.0, top_p=1.0, uniforms=torch.tensor([0.01]))[0].tolist()
+    >>> sample_tokens(lg.clone(), temperature=1.0, top_p=1.0, uniforms=torch.tensor([0.01]))[0].tolist()
     [0]
     """
     if temperature == 0:
-        logp = torch.log_softmax(logits, dim=-1)
-        tokens = logits.argmax(dim=-1)
-        return tokens, logp.gather(-1, tokens[:, None])[:, 0]
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
+        tokens = _argmax(logits)
+        mass = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_().sum(-1)
+        return tokens, -mass.log()  # log p(argmax) = -log sum exp(x - max)
+    # e = exp((x - max) / T) is p times a per-row constant; log p(t) = log e_t - log sum(e).
+    e = logits.sub_(logits.amax(dim=-1, keepdim=True))
+    if temperature != 1.0:
+        e.mul_(1.0 / temperature)
+    e.exp_()
+    total = e.sum(-1)
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        # Keep a token while the mass strictly before it is below top_p (the first always stays).
-        sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= top_p, 0.0)
-        cdf = sorted_p.cumsum(-1)
-        idx = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:], right=True)
-        # u * total can round up to total: stay inside the kept prefix.
-        idx = torch.minimum(idx, (sorted_p > 0).sum(-1, keepdim=True) - 1)
-        tokens = order.gather(-1, idx)[:, 0]
+        tokens = _sample_nucleus(e, total, top_p, uniforms)
     else:
-        cdf = probs.cumsum(-1)
-        idx = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:], right=True)
-        tokens = idx.clamp_(max=cdf.shape[-1] - 1)[:, 0]
-        # Same rounding edge: never return a token whose probability underflowed to 0.
-        tokens = torch.where(probs.gather(-1, tokens[:, None])[:, 0] > 0, tokens, probs.argmax(-1))
-    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+        tokens = _sample_full(e, total, uniforms)
+    return tokens, e.gather(-1, tokens[:, None])[:, 0].log() - total.log()
+
+
+def _block_size(vocab: int) -> int:
+    return 1 << max(5, round(math.log2(math.sqrt(vocab))))
+
+
+def _per_block(x: Tensor, block: int, reduce: str) -> Tensor:
+    """Reduce (B, V) over consecutive blocks of columns (the last one may be short): (B, ceil(V/block))."""
+    n, vocab = x.shape
+    full = vocab // block
+    parts = [getattr(x[:, : full * block].reshape(n, full, block), reduce)(-1)] if full else []
+    if vocab % block:
+        parts.append(getattr(x[:, full * block:], reduce)(-1, keepdim=True))
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+def _argmax(x: Tensor) -> Tensor:
+    """First index of each row's maximum, via block maxima (torch's argmax over a 150k-wide row
+    is an order of magnitude slower than a max reduction on CPU)."""
+    block = _block_size(x.shape[1])
+    b = _per_block(x, block, "amax").argmax(-1, keepdim=True)
+    cols = (b * block + torch.arange(block, device=x.device)).clamp_(max=x.shape[1] - 1)
+    return cols.gather(1, x.gather(1, cols).argmax(-1, keepdim=True))[:, 0]
+
+
+def _sample_full(e: Tensor, total: Tensor, uniforms: Tensor) -> Tensor:
+    """Inverse CDF over unnormalised weights e (B, V) in two levels (blocks of ~sqrt(V)), so no
+    vocab-sized cumulative sum is needed."""
+    vocab = e.shape[1]
+    block = _block_size(vocab)
+    sums = _per_block(e, block, "sum")
+    cdf = sums.cumsum(-1)
+    target = uniforms * cdf[:, -1]
+    b = torch.searchsorted(cdf, target[:, None], right=True).clamp_(max=cdf.shape[1] - 1)
+    offset = target - (cdf.gather(1, b) - sums.gather(1, b))[:, 0]
+    cols = b * block + torch.arange(block, device=e.device)
+    inside = cols < vocab
+    weights = e.gather(1, cols.clamp(max=vocab - 1)) * inside
+    j = torch.searchsorted(weights.cumsum(-1), offset[:, None], right=True).clamp_(max=block - 1)
+    tokens = (b * block + j)[:, 0]
+    # u * total can round past the last positive weight: never return an excluded token.
+    bad = (tokens >= vocab) | (e.gather(1, tokens.clamp(max=vocab - 1)[:, None])[:, 0] <= 0)
+    if bool(bad.any()):
+        tokens = torch.where(bad, _argmax(e), tokens)
+    return tokens
+
+
+def _sample_nucleus(e: Tensor, total: Tensor, top_p: float, uniforms: Tensor) -> Tensor:
+    """Top-p sampling; looks at the 1024 heaviest tokens first and sorts the whole row only
+    when they hold less than top_p of the mass."""
+    vals, order = e.topk(min(e.shape[1], 1024), dim=-1)
+    cum = vals.cumsum(-1)
+    if not bool((cum[:, -1] >= top_p * total).all()):
+        vals, order = e.sort(dim=-1, descending=True)
+        cum = vals.cumsum(-1)
+    # Keep a token while the mass strictly before it is below top_p (the first always stays).
+    keep = (cum - vals) < top_p * total[:, None]
+    vals = vals * keep
+    cdf = vals.cumsum(-1)
+    idx = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:], right=True)
+    idx = torch.minimum(idx, keep.sum(-1, keepdim=True) - 1)
+    return order.gather(-1, idx)[:, 0]
 
 
 class StopStrings:
@@ -99,8 +158,27 @@ def _check_request(prompts: list[list[int]], params: SamplingParams) -> None:
                          "and 0 < top_p <= 1")
 
 
+SMALL_MODEL_PARAMS = 50_000_000
+
+
+def _default_threads(model, device: torch.device) -> int | None:
+    """Torch threads while sampling: 1 for small models on CPU, else torch's own setting (None).
+
+    A decode step of a small model is a few hundred tiny ops; OpenMP fan-out costs more than it
+    saves there, and collapses when the cores are shared: on the 2-core development box the tiny
+    model ran 5-9 ms/step with 1 thread and 24-86 ms/step with 2 (benchmarks/engine.py).
+    """
+    if device.type != "cpu":
+        return None
+    return 1 if sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS else None
+
+
 class HFEngine:
     """Batched sampling from a transformers causal LM, token ids in, ids + log-probs out.
+
+    ``num_threads``: torch threads used during ``generate`` on CPU (set for the call, then
+    restored, so the trainer keeps its own setting); None picks 1 for models under 50M
+    parameters and leaves torch's setting for bigger ones.
 
     >>> from agentrl.models.tiny import ensure_tiny_model        # doctest: +SKIP
     >>> engine = HFEngine.from_pretrained(ensure_tiny_model())   # doctest: +SKIP
@@ -109,14 +187,11 @@ class HFEngine:
     """
 
     def __init__(self, model, tokenizer, *, num_threads: int | None = None, seed: int = 0):
-        if num_threads is not None:
-            # Process-wide in torch. One thread per process is the fastest on small shared CPUs
-            # for the tiny model (see benchmarks/engine.py); None leaves torch's choice alone.
-            torch.set_num_threads(num_threads)
         self.model = model
         self.tokenizer = tokenizer
         self.policy_version = 0
         self.device = model.get_input_embeddings().weight.device
+        self.num_threads = num_threads if num_threads is not None else _default_threads(model, self.device)
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._decoder: FastDecoder | StockDecoder | None = None
 
@@ -156,8 +231,9 @@ class HFEngine:
 
     @property
     def decoder(self) -> FastDecoder | StockDecoder:
-        """The forward used for sampling (chosen once per engine by an exactness probe)."""
-        if self._decoder is None:
+        """The forward used for sampling (chosen by an exactness probe, re-chosen if the model's
+        structure changes, e.g. LoRA layers wrapped around the projections after creation)."""
+        if self._decoder is None or (isinstance(self._decoder, FastDecoder) and not FastDecoder.supports(self.model)):
             self._decoder = make_decoder(self.model)
         return self._decoder
 
@@ -175,12 +251,15 @@ class HFEngine:
         gen = self._generator
         if params.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(params.seed)
-        was_training = self.model.training
+        was_training, threads = self.model.training, torch.get_num_threads()
         self.model.eval()  # no dropout while sampling; the trainer's mode is restored below
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
         try:
             return self._generate(prompts, params, gen)
         finally:
             self.model.train(was_training)
+            torch.set_num_threads(threads)
             self.decoder.release()  # free the KV cache between calls
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator) -> list[Generation]:
