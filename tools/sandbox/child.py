@@ -17,26 +17,37 @@ so the code it runs cannot raise them back), then does one of:
 Like a notebook, a cell whose last statement is an expression prints that value's repr.
 """
 
-import os
+import posix as os  # the os module costs ~1 ms of start-up; posix has read/write, all we need
 import sys
 
 CELL = "<cell>"
 
 
 def set_limits(spec):
-    """Apply ``NAME=value,...`` rlimits with soft == hard (never above the current hard limit)."""
+    """Apply ``NAME=value,...`` rlimits with soft == hard (never above the current hard limit);
+    then, if the spec has ``UID=n``, become uid/gid n with no supplementary groups (used under
+    privileged bubblewrap, which already set no_new_privs and left only CAP_SETUID/CAP_SETGID:
+    after the switch the process has no capabilities and cannot regain any)."""
     import resource
 
+    uid = None
     for item in spec.split(","):
         if not item:
             continue
         name, _, value = item.partition("=")
+        if name == "UID":
+            uid = int(value)
+            continue
         which = getattr(resource, "RLIMIT_" + name)
         want = int(value)
         hard = resource.getrlimit(which)[1]
         if hard != resource.RLIM_INFINITY and want > hard:
             want = hard
         resource.setrlimit(which, (want, want))
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
 
 
 def report(exc, src):
@@ -255,7 +266,7 @@ def main():
     mode, limits = sys.argv[1], sys.argv[2]
     set_limits(limits)
     if len(sys.argv) > 3 and sys.argv[3]:
-        sys.path.extend(sys.argv[3].split(os.pathsep))
+        sys.path.extend(sys.argv[3].split(":"))
     import builtins
     import faulthandler
 
