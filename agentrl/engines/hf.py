@@ -237,7 +237,7 @@ class HFEngine:
             self._decoder = make_decoder(self.model)
         return self._decoder
 
-    def sync_weights(self) -> None:
+    def sync_weights(self, model=None) -> None:
         """The trainer updated the shared parameters: later samples come from a new policy."""
         self.policy_version += 1
 
