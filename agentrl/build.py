@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from dataclasses import dataclass
@@ -123,4 +124,7 @@ def build_runtime(cfg: Config, env, model_path: str) -> Runtime:
     chat = ChatTemplate(tok, cfg.model.template)
     box = ToolBox(env.tools(), tokenizer=tok, default_timeout=cfg.tools.timeout,
                   max_output_tokens=cfg.tools.max_output_tokens)
-    return Runtime(model, tok, engine, chat, box, RolloutRunner(engine, chat, box, cfg.rollout))
+    rollout_cfg = cfg.rollout
+    if rollout_cfg.answer_pattern is None and getattr(env, "answer_pattern", None):
+        rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)
+    return Runtime(model, tok, engine, chat, box, RolloutRunner(engine, chat, box, rollout_cfg))

@@ -44,6 +44,9 @@ from agentrl.tool import ToolBox, ToolContext, ToolResult
 from agentrl.types import Message, Task, ToolCall, ToolCallRecord, Trajectory
 
 
+DEFAULT_ANSWER_PATTERN = r"<answer>.*?</answer>"
+
+
 @dataclass
 class RolloutConfig:
     """Budgets and sampling of a multi-turn rollout."""
@@ -54,8 +57,9 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     stop_strings: list[str] = field(default_factory=list)
-    # A turn with no tool call that does not match this counts as "void" (SimpleTIR).
-    answer_pattern: str = r"<answer>.*?</answer>"
+    # A turn with no tool call that does not match this counts as "void" (SimpleTIR);
+    # None: the environment's ``answer_pattern`` when it has one, else <answer>...</answer>.
+    answer_pattern: str | None = None
 
 
 @dataclass
@@ -101,7 +105,7 @@ class RolloutRunner:
         self.config = config or RolloutConfig()
         self.tokenizer = chat.tokenizer
         self._turn_end_id = self.tokenizer.convert_tokens_to_ids(chat.turn_end)
-        self._answer_re = re.compile(self.config.answer_pattern, re.DOTALL)
+        self._answer_re = re.compile(self.config.answer_pattern or DEFAULT_ANSWER_PATTERN, re.DOTALL)
 
     def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
             seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
