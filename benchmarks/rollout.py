@@ -1,0 +1,188 @@
+"""Multi-turn rollout throughput vs single-turn batched generation on the tiny model.
+
+Question: do tool turns destroy batching, and does tool latency overlap? Both sides sample
+the same number of tokens with the same engine over the same 8 prompts x G=8 = 64 rows:
+
+- ``multi-turn``: ``RolloutRunner`` with ``--tool-turns`` turns that each call a tool
+  sleeping ``--tool-ms`` (a plain sync function, run by the ToolBox), then one answer turn.
+  Every turn samples ``--turn-tokens`` real tokens per row (``ScriptedTurnsEngine``: real
+  generation on the real growing prompts, scripted content so the random model "calls" the
+  tool; see ``scripted_turns.py``). Time = the whole ``runner.run`` (generation, tools,
+  template continuation, parsing, bookkeeping).
+- ``single-turn``: one ``engine.generate`` over the 64 initial prompts with
+  ``max_new_tokens = (tool_turns + 1) * turn_tokens`` and stops disabled, i.e. exactly the
+  same sampled-token count in one batched call.
+
+The ratio is multi-turn tokens/s over single-turn tokens/s (goal >= 0.7).
+
+    python benchmarks/rollout.py                     # 8 prompts x 8, 3 tool turns, 50 ms tool
+    python benchmarks/rollout.py --threads 2 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scripted_turns import ScriptedTurnsEngine, TurnScript  # noqa: E402
+
+from agentrl.chat import ChatTemplate  # noqa: E402
+from agentrl.engines.base import SamplingParams  # noqa: E402
+from agentrl.engines.hf import HFEngine  # noqa: E402
+from agentrl.envs.arithmetic import ArithmeticEnv  # noqa: E402
+from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
+from agentrl.rollout import RolloutConfig, RolloutRunner  # noqa: E402
+from agentrl.tool import ToolBox, tool  # noqa: E402
+from agentrl.types import Message  # noqa: E402
+
+SYSTEM = "Look values up with the lookup tool, then reply <answer>N</answer>."
+
+
+def make_lookup(delay_s: float):
+    @tool
+    def lookup(key: str) -> str:
+        """Look up a stored value (a stand-in for a slow API: it sleeps, then answers).
+
+        Args:
+            key: what to look up.
+        """
+        time.sleep(delay_s)
+        return f"{key} = 42"
+
+    return lookup
+
+
+@dataclass
+class Timing:
+    seconds: float
+    tokens: int
+    generate_s: float = 0.0
+    tools_s: float = 0.0
+    prefill_s: float = 0.0  # part of generate_s spent in the decoder's prefill
+    prefill_tokens: int = 0  # prompt tokens the prefill ran (after de-duplicating identical prompts)
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+class PrefillClock:
+    """Times the engine decoder's prefill calls (instrumentation only; the work is unchanged)."""
+
+    def __init__(self, engine: HFEngine):
+        self.seconds, self.tokens = 0.0, 0
+        decoder = engine.decoder
+        inner = decoder.prefill
+
+        def timed(prompts, max_new_tokens):
+            start = time.perf_counter()
+            out = inner(prompts, max_new_tokens)
+            self.seconds += time.perf_counter() - start
+            self.tokens += sum(len(p) for p in {tuple(p) for p in prompts})
+            return out
+
+        decoder.prefill = timed
+
+    def take(self) -> tuple[float, int]:
+        out, self.seconds, self.tokens = (self.seconds, self.tokens), 0.0, 0
+        return out
+
+
+def run_multi_turn(runner: RolloutRunner, tasks, group: int, seed: int, tool_turns: int) -> Timing:
+    batch = runner.run(tasks, group, SYSTEM, seed=seed)
+    for t in batch.trajectories:  # the script really drove every attempt through its tool turns
+        ok = t.finish_reason == "stop" and len(t.tool_calls) == tool_turns and not any(c.error for c in t.tool_calls)
+        assert ok, (t.finish_reason, t.tool_calls)
+    s = batch.stats
+    return Timing(s.total_s, s.sampled_tokens, s.generate_s, s.tools_s)
+
+
+def run_single_turn(engine: HFEngine, prompts: list[list[int]], new_tokens: int, seed: int) -> Timing:
+    start = time.perf_counter()
+    gens = engine.generate(prompts, SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=seed))
+    seconds = time.perf_counter() - start
+    return Timing(seconds, sum(len(g.token_ids) for g in gens), seconds, 0.0)
+
+
+def median_timing(runs: list[Timing]) -> Timing:
+    """The run with the median wall time (its breakdown stays consistent)."""
+    return sorted(runs, key=lambda t: t.seconds)[len(runs) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group", type=int, default=8, help="G attempts per prompt")
+    ap.add_argument("--tool-turns", type=int, default=3)
+    ap.add_argument("--turn-tokens", type=int, default=40, help="sampled tokens per turn per row")
+    ap.add_argument("--tool-ms", type=float, default=50.0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the 2 cores here are shared)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per side after a warm-up; median reported")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    engine = HFEngine.from_pretrained(ensure_tiny_model(), seed=0)
+    tok = engine.tokenizer
+    chat = ChatTemplate(tok)
+    toolbox = ToolBox([make_lookup(args.tool_ms / 1000)], tokenizer=tok)
+    tasks = ArithmeticEnv(seed=0, num_train=args.prompts, num_test=0).tasks("train")
+    script = TurnScript(tok, turn_tokens=args.turn_tokens, tool_turns=args.tool_turns,
+                        call=lambda text: json.dumps({"name": "lookup", "arguments": {"key": "x"}}),
+                        answer=lambda text, sampled: "42")
+    scripted = ScriptedTurnsEngine(engine, script)
+    turns = args.tool_turns + 1
+    cfg = RolloutConfig(max_turns=turns, max_new_tokens=args.turn_tokens, max_total_tokens=8192, temperature=1.0)
+    runner = RolloutRunner(scripted, chat, toolbox, cfg)
+    prompts = [chat.encode_prompt([Message("system", SYSTEM), Message("user", t.prompt)], toolbox.schemas())
+               for t in tasks for _ in range(args.group)]
+    new_tokens = turns * args.turn_tokens
+
+    # Warm-up both paths (decoder probe, allocator, tokenizer caches), then alternate sides.
+    run_multi_turn(runner, tasks[:1], 2, seed=1, tool_turns=args.tool_turns)
+    run_single_turn(engine, prompts[:2], 4, seed=1)
+    clock = PrefillClock(engine)
+    multi, single = [], []
+    for r in range(args.repeats):
+        multi.append(run_multi_turn(runner, tasks, args.group, seed=100 + r, tool_turns=args.tool_turns))
+        multi[-1].prefill_s, multi[-1].prefill_tokens = clock.take()
+        single.append(run_single_turn(engine, prompts, new_tokens, seed=100 + r))
+        single[-1].prefill_s, single[-1].prefill_tokens = clock.take()
+    m, s = median_timing(multi), median_timing(single)
+    assert m.tokens == s.tokens, (m.tokens, s.tokens)
+    rows = len(prompts)
+    serial_tools = rows * args.tool_turns * args.tool_ms / 1000
+    ratio = m.tok_s / s.tok_s
+    lens = [len(t.token_ids) for t in runner.run(tasks, args.group, SYSTEM, seed=7).trajectories]
+
+    print(f"tiny model, {args.prompts} prompts x G={args.group} = {rows} rows, {args.tool_turns} tool turns "
+          f"+ 1 answer turn x {args.turn_tokens} sampled tokens, tool sleeps {args.tool_ms:g} ms, "
+          f"torch threads {args.threads}, median of {args.repeats}")
+    print(f"prompt {len(prompts[0])} tokens; final multi-turn sequence {min(lens)}..{max(lens)} tokens")
+    print(f"{'path':<12} {'sampled':>8} {'wall s':>7} {'tok/s':>6} {'generate s':>11} {'(prefill s':>11} "
+          f"{'prefill tok)':>13} {'tools s':>8} {'other s':>8}")
+    for name, t in (("single-turn", s), ("multi-turn", m)):
+        other = t.seconds - t.generate_s - t.tools_s
+        print(f"{name:<12} {t.tokens:>8} {t.seconds:>7.2f} {t.tok_s:>6.0f} {t.generate_s:>11.2f} {t.prefill_s:>11.2f} "
+              f"{t.prefill_tokens:>13} {t.tools_s:>8.2f} {other:>8.2f}")
+    print(f"tools: {rows * args.tool_turns} calls took {m.tools_s:.2f} s of wall time "
+          f"({serial_tools:.1f} s if run one after another; floor {args.tool_turns * args.tool_ms / 1000:.2f} s)")
+    print(f"ratio multi-turn / single-turn tokens/s = {ratio:.2f} (goal >= 0.7); "
+          f"generation only: {s.seconds / m.generate_s:.2f}; "
+          f"decode steps only (generation less prefill): {(s.seconds - s.prefill_s) / (m.generate_s - m.prefill_s):.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "ratio": ratio, "ratio_generate_only": s.seconds / m.generate_s,
+            "single": vars(s), "multi": vars(m), "args": vars(args)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""An engine wrapper that forces a tool-calling turn structure at the real cost of sampling.
+
+A random-weight tiny model never writes a tool call, so a multi-turn benchmark on it would
+measure one-turn rollouts. ``ScriptedTurnsEngine`` keeps everything that costs time real and
+scripts only the *content* of each turn:
+
+- every turn, the wrapped engine samples exactly ``turn_tokens`` tokens per row (stop tokens
+  and stop strings disabled) over the row's real, growing prompt: real prefill, real KV-cached
+  decode steps, real batch shrinking when rows finish at different turns;
+- the turn the rollout receives is then: the row's own sampled ids (any added or special
+  token among them swapped for a plain one, so the random text cannot open or end a turn),
+  cut to make room for a scripted tail: a tool call (turns before ``tool_turns``) or a final
+  ``<answer>`` (the last turn), then the turn-end token. Exactly ``turn_tokens`` ids in all.
+  The rollout parses it, runs the tool, appends the observation through the chat template,
+  and the next turn's prompt is longer; the G attempts of a task diverge as real ones do.
+
+The returned log-probs are those of the sampled tokens, so they are wrong on the scripted
+tail and the swapped tokens (sampler/trainer mismatch metrics mean nothing under this
+wrapper); the compute is unaffected.
+
+Example::
+
+    script = TurnScript(tokenizer, turn_tokens=40, tool_turns=3,
+                        call=lambda prompt: '{"name": "wait", "arguments": {"key": "a"}}',
+                        answer=lambda prompt, sampled: "42")
+    engine = ScriptedTurnsEngine(HFEngine.from_pretrained(ensure_tiny_model()), script)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from agentrl.engines.base import Generation, SamplingParams
+
+
+@dataclass
+class TurnScript:
+    """What each forced turn says. ``call`` and ``answer`` get the decoded prompt of the row.
+
+    ``call(prompt_text)`` returns the JSON object of a Hermes tool call; ``answer(prompt_text,
+    sampled_ids)`` the text put inside ``<answer></answer>`` (the ids the model really sampled
+    this turn can serve as a coin, so that some attempts of a group are right and some wrong). The turn of a row is the number of ``<tool_call>`` tokens already in
+    its prompt (the system prompt has none: tool schemas are rendered as JSON, not tags).
+    """
+
+    tokenizer: object
+    turn_tokens: int
+    tool_turns: int
+    call: Callable[[str], str]
+    answer: Callable[[str, list[int]], str]
+    turn_end: str = "<|im_end|>"
+
+    def __post_init__(self) -> None:
+        tok = self.tokenizer
+        self.call_tag = tok.convert_tokens_to_ids("<tool_call>")
+        self.end_id = tok.convert_tokens_to_ids(self.turn_end)
+        self.plain = tok.encode("a", add_special_tokens=False)[0]
+        self.banned = set(getattr(tok, "added_tokens_decoder", {}) or {}) | set(tok.all_special_ids)
+
+    def turn_of(self, prompt: list[int]) -> int:
+        return prompt.count(self.call_tag)
+
+    def ids(self, prompt: list[int], sampled: list[int]) -> list[int]:
+        """Exactly ``turn_tokens`` ids: sampled text, then the call or the answer, then the turn end."""
+        text = self.tokenizer.decode(prompt, skip_special_tokens=False)
+        if self.turn_of(prompt) < self.tool_turns:
+            body = f"<tool_call>\n{self.call(text)}\n</tool_call>"
+        else:
+            body = f"<answer>{self.answer(text, sampled)}</answer>"
+        tail = self.tokenizer.encode(body, add_special_tokens=False) + [self.end_id]
+        room = self.turn_tokens - len(tail)
+        if room < 0:
+            raise ValueError(f"a scripted turn needs {len(tail)} tokens; raise turn_tokens (now {self.turn_tokens})")
+        head = [self.plain if t in self.banned else t for t in sampled[:room]]
+        return head + tail
+
+
+class ScriptedTurnsEngine:
+    """Samples for real with ``inner``, returns the script's ids (see the module docstring)."""
+
+    def __init__(self, inner, script: TurnScript):
+        self.inner = inner
+        self.script = script
+        self.tokenizer = getattr(inner, "tokenizer", None)
+
+    @property
+    def policy_version(self) -> int:
+        return getattr(self.inner, "policy_version", 0)
+
+    @policy_version.setter
+    def policy_version(self, value: int) -> None:
+        self.inner.policy_version = value
+
+    def sync_weights(self, model=None) -> None:
+        self.inner.sync_weights(model)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        n = self.script.turn_tokens
+        forced = replace(params, max_new_tokens=n, stop_token_ids=[], stop_strings=[])
+        gens = self.inner.generate(prompts, forced)
+        out = []
+        for prompt, g in zip(prompts, gens):
+            if len(g.token_ids) != n:
+                raise RuntimeError(f"the inner engine sampled {len(g.token_ids)} tokens, expected {n}")
+            out.append(Generation(self.script.ids(prompt, g.token_ids), list(g.logprobs), "stop"))
+        return out
