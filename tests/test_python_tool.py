@@ -344,3 +344,16 @@ def test_e2b_without_key_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     with pytest.raises(E2BUnavailable, match="E2B_API_KEY.*backend='local'"):
         python_tool(backend="e2b")
+
+
+def test_limits_follow_each_config_not_the_first_one() -> None:
+    small = LocalExecutor(dataclasses.replace(CFG, memory_mb=256))
+    big = LocalExecutor(dataclasses.replace(CFG, memory_mb=768))
+    code = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)"
+    assert small.run(code).output == "256\n" and big.run(code).output == "768\n"
+
+
+def test_site_packages_is_opt_in() -> None:
+    code = "import jsonschema; print('ok')"
+    assert "ModuleNotFoundError" in LocalExecutor(CFG).run(code).output
+    assert LocalExecutor(dataclasses.replace(CFG, site_packages=True)).run(code).output == "ok\n"

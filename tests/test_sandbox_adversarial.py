@@ -469,15 +469,37 @@ def test_sandbox_dies_with_its_parent() -> None:
     assert wait_no_sandbox_pids(token, grace_s=5) == []
 
 
-def test_rlimits_level_in_private_mount_namespace(tmp_path: Path) -> None:
-    """The weakest level (no namespaces for the code), exercised where this host's Python sits
-    below an unreadable /root: a private mount namespace (nothing changes on the host) hides
-    /root and binds the interpreter back, then a few hostile cases run at level rlimits."""
+def run_in_private_mount_namespace(body: str, as_uid: int | None = None) -> str:
+    """Run a Python script where /root (unreadable to other users on this host, and home of
+    its Python) is hidden and the interpreter bound back, in a private mount namespace:
+    nothing changes on the host. Optionally as an unprivileged uid. Returns its stdout."""
     if not ROOT or subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
         pytest.skip("needs root and mount namespaces")
     prefix = os.path.realpath(sys.base_prefix)
-    script = tmp_path / "rlimits_cases.py"
-    script.write_text(
+    work = Path(tempfile.mkdtemp(prefix="agentrl-nsrun-"))
+    try:
+        os.chmod(work, 0o755)
+        script = work / "cases.py"
+        script.write_text(body)
+        stage = work / "stage"
+        stage.mkdir()
+        hide = (f"mount --bind {prefix} {stage} && mount -t tmpfs -o mode=0755 tmpfs /root && mkdir -p {prefix} "
+                f"&& mount --move {stage} {prefix}")
+        user = f"setpriv --reuid {as_uid} --regid {as_uid} --clear-groups -- " if as_uid is not None else ""
+        cmd = f"mount --make-rprivate / && {hide} && cd / && exec {user}{sys.executable} {script}"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+               "HOME": "/tmp", "AGENTRL_TEST_SECRET": SECRET}
+        done = subprocess.run(["unshare", "--mount", "sh", "-c", cmd], capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        subprocess.run(["rm", "-rf", str(work)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_rlimits_level_in_private_mount_namespace() -> None:
+    """The weakest level (no namespaces for the code), where this host's Python sits below an
+    unreadable /root: hostile cases at level rlimits, run as root (uid separation)."""
+    out = run_in_private_mount_namespace(
         "import os, sys, time\n"
         "from agentrl.tools.sandbox import LocalExecutor, SandboxConfig\n"
         f"ex = LocalExecutor(SandboxConfig(isolation='rlimits', timeout=2, uid_base={UID_BASE}, uid_count={UID_COUNT}))\n"
@@ -487,6 +509,7 @@ def test_rlimits_level_in_private_mount_namespace(tmp_path: Path) -> None:
         "assert not os.path.exists(cwd), 'work dir left behind'\n"
         "t = time.perf_counter(); r = ex.run('while True: pass'); assert r.timed_out and time.perf_counter() - t < 4\n"
         "r = ex.run(\"print(open('/etc/shadow').read())\"); assert 'PermissionError' in r.output, r.output\n"
+        "r = ex.run('import os; print(dict(os.environ))'); assert 'AGENTRL_TEST_SECRET' not in r.output, r.output\n"
         f"r = ex.run(\"import os\\ntry:\\n    os.kill({{}}, 9)\\nexcept OSError as e:\\n    print(type(e).__name__)\".format(os.getpid())); assert 'PermissionError' in r.output, r.output\n"
         "r = ex.run(\"import subprocess, sys\\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(99)'], start_new_session=True)\")\n"
         "r = ex.run(\"import os\\nfor i in range(2000):\\n    os.mkdir('d'); os.chdir('d')\\nos.chmod('.', 0)\")\n"
@@ -494,12 +517,35 @@ def test_rlimits_level_in_private_mount_namespace(tmp_path: Path) -> None:
         "    s.run('a = 5'); assert s.run('a').output == '5\\n'\n"
         "print('rlimits ok')\n"
     )
-    stage = tmp_path / "stage"
-    stage.mkdir()
-    hide = (f"mount --bind {prefix} {stage} && mount -t tmpfs -o mode=0755 tmpfs /root && mkdir -p {prefix} "
-            f"&& mount --move {stage} {prefix}")
-    cmd = f"mount --make-rprivate / && {hide} && exec {sys.executable} {script}"
-    done = subprocess.run(["unshare", "--mount", "sh", "-c", cmd], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert done.returncode == 0 and "rlimits ok" in done.stdout, done.stdout + done.stderr
+    assert "rlimits ok" in out
     assert wait_no_sandbox_pids() == []
+
+
+def test_levels_when_not_root() -> None:
+    """A normal user (no uid switch): bubblewrap in a user namespace, unshare with a mapped
+    root, and the rlimits level (orphans found by their marker variable)."""
+    uid = UID_BASE + UID_COUNT + 7
+    out = run_in_private_mount_namespace(
+        "import os, time, dataclasses\n"
+        "from agentrl.tools.sandbox import LocalExecutor, SandboxConfig\n"
+        "assert os.geteuid() != 0\n"
+        "for level in ('bwrap', 'unshare', 'rlimits'):\n"
+        "    try:\n"
+        "        ex = LocalExecutor(SandboxConfig(isolation=level, timeout=2))\n"
+        "    except RuntimeError as e:\n"
+        "        print(level, 'unavailable', str(e)[:300]); continue\n"
+        "    r = ex.run('import os; print(6 * 7, os.getuid()); print(dict(os.environ))')\n"
+        "    assert r.output.startswith('42 ') and 'AGENTRL_TEST_SECRET' not in r.output, (level, r.output)\n"
+        "    t = time.perf_counter(); r = ex.run('while True: pass'); assert r.timed_out and time.perf_counter() - t < 4, level\n"
+        "    r = ex.run(\"import subprocess, sys\\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(99)  # ORPHAN'], start_new_session=True)\")\n"
+        "    time.sleep(0.3)\n"
+        "    left = [p for p in os.listdir('/proc') if p.isdigit() and b'ORPHAN' in open(f'/proc/{p}/cmdline', 'rb').read()]\n"
+        "    assert not left, (level, left)\n"
+        "    with ex.session() as s:\n"
+        "        s.run('a = 5'); assert s.run('a').output == '5\\n', level\n"
+        "    print(level, 'ok')\n",
+        as_uid=uid,
+    )
+    for level in ("bwrap", "unshare"):
+        assert f"{level} ok" in out or f"{level} unavailable" in out, out
+    assert "rlimits ok" in out, out

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import marshal
 import os
 import shlex
@@ -72,7 +73,8 @@ class Launch:
 class Isolation:
     """The chosen level plus the command-line recipe; build with :meth:`for_config` (cached)."""
 
-    _cache: dict[tuple[object, ...], "Isolation"] = {}
+    # Probed level per (request, what the probe depends on): probing costs one sandbox start.
+    _cache: dict[tuple[object, ...], str] = {}
     _cache_lock = threading.Lock()
 
     def __init__(self, config: SandboxConfig, level: str) -> None:
@@ -96,10 +98,10 @@ class Isolation:
     @classmethod
     def for_config(cls, config: SandboxConfig) -> "Isolation":
         """The strongest working level allowed by ``config.isolation``; probed once per process."""
-        key = (config.isolation, config.site_packages, config.hidden_paths, config.disk_mb, config.uid_base, config.uid_count, os.geteuid())
+        key = (config.isolation, config.site_packages, config.hidden_paths, config.uid_base, config.uid_count, os.geteuid())
         with cls._cache_lock:
             if key in cls._cache:
-                return cls._cache[key]
+                return cls(config, cls._cache[key])
             wanted = LEVELS if config.isolation == "auto" else (config.isolation,)
             errors = []
             for level in wanted:
@@ -112,7 +114,7 @@ class Isolation:
                 except RuntimeError as exc:
                     problem = str(exc)
                 if problem is None:
-                    cls._cache[key] = iso
+                    cls._cache[key] = level
                     return iso
                 errors.append(f"{level}: {problem}")
             fix = "install bubblewrap (apt-get install bubblewrap) or use isolation='auto'"
@@ -198,10 +200,13 @@ class Isolation:
         for i, (hidden, binds) in enumerate(_hide_plan(self.config.hidden_paths, self.exposed)):
             stage = [f"/tmp/.stage{i}_{j}" for j in range(len(binds))]
             for path, st in zip(binds, stage):
-                lines += [f"mkdir {st}", f"mount --bind -o ro {shlex.quote(path)} {st}"]
+                lines += [f"mkdir {st}", f"mount --bind {shlex.quote(path)} {st}"]
             lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(hidden)}")
             for path, st in zip(binds, stage):
-                lines += [f"mkdir -p {shlex.quote(path)}", f"mount --move {st} {shlex.quote(path)}", f"rmdir {st}"]
+                q = shlex.quote(path)
+                lines += [f"mkdir -p {q}", f"mount --bind {st} {q}", f"umount {st}", f"rmdir {st}"]
+                # Read-only where permitted (in a user namespace the source's flags may be locked).
+                lines.append(f"mount -o remount,bind,ro {q}" + ("" if self.root else " 2>/dev/null || true"))
         lines += ["cd /tmp", 'set +e', '"$@"']  # sh stays pid 1 (signals to pid 1 are ignored; the code runs as pid 2)
         user = [] if self.root else ["--user", "--map-root-user"]
         unshare = ["unshare", *user, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
@@ -271,6 +276,7 @@ def _own_process_count() -> int:
 def _private_base_dir() -> str:
     base = tempfile.mkdtemp(prefix="agentrl-sandbox-")
     os.chmod(base, 0o711)  # the sandbox uid may enter its own run directory, not list others
+    atexit.register(remove_tree, base)
     return base
 
 
