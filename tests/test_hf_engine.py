@@ -175,7 +175,7 @@ def test_weight_updates_are_seen_without_reloading(engine):
     with torch.no_grad():  # what an optimizer step does: in-place on the shared parameters
         engine.model.model.layers[-1].mlp.down_proj.weight.add_(torch.randn_like(
             engine.model.model.layers[-1].mlp.down_proj.weight, generator=torch.Generator().manual_seed(0)))
-    engine.sync_weights()
+    engine.sync_weights(engine.model)
     assert engine.policy_version == 1
     after = engine.generate(prompts, params)
     assert [g.token_ids for g in after] != [g.token_ids for g in before]
@@ -223,6 +223,23 @@ def test_thread_count_applies_to_the_call_only(model_dir):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(1)
+
+
+def test_sync_weights_adopts_a_different_model(engine, model_dir):
+    from transformers import AutoModelForCausalLM
+
+    prompts = _prompts(engine)
+    params = SamplingParams(max_new_tokens=5, temperature=0.0)
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(model_dir.parent / "seed7", seed=7)).eval()
+    before = engine.generate(prompts, params)
+    engine.sync_weights(other)
+    assert engine.model is other and engine.policy_version == 1
+    after = engine.generate(prompts, params)
+    assert [g.token_ids for g in after] != [g.token_ids for g in before]
+    for prompt, g in zip(prompts, after):
+        assert torch.allclose(torch.tensor(g.logprobs), _teacher_forced(other, prompt, g.token_ids, 0.0), atol=1e-4)
+    engine.sync_weights()
+    assert engine.model is other and engine.policy_version == 2
 
 
 def test_from_pretrained_offline_error_names_the_fix(monkeypatch):

@@ -165,6 +165,7 @@ def test_ensure_tiny_model_builds_once_per_config(tmp_path):
         ensure_tiny_model(cache_dir=tmp_path, out_dir=tmp_path / "x")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (QWEN25 / "vocab.json").exists(), reason="qwen2.5 tokenizer fixture missing")
 def test_build_over_the_qwen25_tokenizer(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer

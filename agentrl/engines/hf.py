@@ -238,7 +238,15 @@ class HFEngine:
         return self._decoder
 
     def sync_weights(self, model=None) -> None:
-        """The trainer updated the shared parameters: later samples come from a new policy."""
+        """The trainer took an optimizer step: later samples come from the new policy.
+
+        The engine shares the trainer's parameter tensors, so nothing is copied; a ``model``
+        other than the engine's own (e.g. the trainer rebuilt or wrapped it) is adopted.
+        """
+        if model is not None and model is not self.model:
+            self.model = model
+            self.device = model.get_input_embeddings().weight.device
+            self._decoder = None
         self.policy_version += 1
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
