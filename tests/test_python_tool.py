@@ -84,7 +84,7 @@ def test_interpreter_is_the_real_binary_with_fast_flags(ex: LocalExecutor) -> No
 def test_environment_is_allow_listed(ex: LocalExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
     out = ex.run("import os; print(sorted(os.environ))").output
     names = set(eval(out))  # noqa: S307 - our own printed list
-    assert names <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PWD"}
+    assert names <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PWD", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "MALLOC_ARENA_MAX"}
 
 
 def test_sandbox_runs_unprivileged(ex: LocalExecutor) -> None:

@@ -56,6 +56,9 @@ PYTHON = os.path.realpath(sys.executable)
 # output printed before a kill is still seen.
 PYTHON_FLAGS: tuple[str, ...] = ("-I", "-S", "-u")
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# One thread per math library and few malloc arenas: a BLAS that starts a thread per core
+# would hit RLIMIT_NPROC and reserve most of the address-space limit before any user code.
+_QUIET_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ class Isolation:
         else:
             drop = _drop_privileges(uid)
         python = [PYTHON, *PYTHON_FLAGS, "-c", BOOT, CHILD_CODE, child_args[0], limits, self.extra_path, *child_args[2:]]
-        env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp", "HOME": "/tmp", **self.config.extra_env}
+        env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp", "HOME": "/tmp", **_QUIET_ENV, **self.config.extra_env}
         if self.level == "bwrap":
             argv = ["bwrap", *self._bwrap_args(), "--chdir", "/tmp", "--", *python]
             return Launch(argv, env, "/", uid, None, True)

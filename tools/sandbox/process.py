@@ -111,9 +111,18 @@ class SandboxProcess:
             self.in_fd = None
 
     def mark_exited(self) -> None:
-        if not self.exited and self.popen.poll() is not None:
-            self.exited = True
-            self.returncode = self.popen.returncode
+        """Note the launcher's exit status *without reaping it*: while it is a zombie its pid
+        (the process group id) cannot be reused, so the later killpg cannot hit a stranger."""
+        if self.exited or self.pidfd < 0:
+            return
+        try:
+            info = os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = None
+        if info is None or info.si_pid == 0:
+            return
+        self.exited = True
+        self.returncode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
     def kill(self) -> None:
         """SIGKILL the process group and every straggler, reap the launcher, close the pipes."""
@@ -127,11 +136,13 @@ class SandboxProcess:
             kill_uid(self.uid)
         elif self.marker is not None:
             kill_marked(self.marker)
+        self.mark_exited()
         try:
-            self.popen.wait(timeout=5)
+            self.popen.wait(timeout=5)  # reap, only now
         except subprocess.TimeoutExpired:
             pass
-        self.mark_exited()
+        if not self.exited and self.popen.returncode is not None:
+            self.exited, self.returncode = True, self.popen.returncode
         for f in (self.popen.stdin, self.popen.stdout):
             if f is not None and not f.closed:
                 try:
