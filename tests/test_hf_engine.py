@@ -253,14 +253,20 @@ def test_from_pretrained_offline_error_names_the_fix(monkeypatch):
         HFEngine.from_pretrained("/nonexistent/agentrl/model")
 
 
-@pytest.mark.parametrize("kv_heads", [4, 1])
-def test_fast_decoder_covers_llama(kv_heads):
-    from transformers import LlamaConfig, LlamaForCausalLM
+@pytest.mark.parametrize("arch,kv_heads", [("llama", 4), ("llama", 1), ("qwen3", 2)])
+def test_fast_decoder_covers_llama_and_qwen3(arch, kv_heads):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=24,
-                                         bos_token_id=0, eos_token_id=1, pad_token_id=0)).eval()
+    model = model_cls(config_cls(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=24,
+                                 bos_token_id=0, eos_token_id=1, pad_token_id=0)).eval()
+    if arch == "qwen3":  # make the per-head q/k norms matter (they initialise to ones)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 2.0)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 2.0)
     assert isinstance(make_decoder(model), FastDecoder)
     assert max_logit_gap(model, FastDecoder(model)) < 1e-4
     out = HFEngine(model, None).generate([[3, 4, 5, 6], [7]], SamplingParams(max_new_tokens=6, seed=1))

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-FAST_MODEL_TYPES = ("qwen2", "llama")
+FAST_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 
 
 @dataclass
@@ -95,6 +95,8 @@ class _Layer:
     gate_w: Tensor
     up_w: Tensor
     down_w: Tensor
+    q_norm: Tensor | None  # Qwen3: RMSNorm over each head's query/key before the rotation
+    k_norm: Tensor | None
 
 
 def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -152,7 +154,8 @@ class FastDecoder:
             out.append(_Layer(layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight,
                               a.k_proj.bias, a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
                               layer.post_attention_layernorm.weight, m.gate_proj.weight, m.up_proj.weight,
-                              m.down_proj.weight))
+                              m.down_proj.weight, getattr(getattr(a, "q_norm", None), "weight", None),
+                              getattr(getattr(a, "k_norm", None), "weight", None)))
         return out
 
     def _rope_tables(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -161,6 +164,9 @@ class FastDecoder:
         freqs = pos[:, None] * rot.inv_freq.to(device=device, dtype=torch.float32)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return ((emb.cos() * rot.attention_scaling).to(dtype), (emb.sin() * rot.attention_scaling).to(dtype))
+
+    def _head_norm(self, x: Tensor, weight: Tensor | None) -> Tensor:
+        return x if weight is None else _rms_norm(x, weight, self.eps)
 
     def _mlp(self, x: Tensor, p: _Layer) -> Tensor:
         h = _rms_norm(x, p.ln2, self.eps)
@@ -198,10 +204,10 @@ class FastDecoder:
         u = x.shape[0]
         for i, p in enumerate(self.layers):
             h = _rms_norm(x, p.ln1, self.eps)
-            q = F.linear(h, p.q_w, p.q_b).view(u, width, self.n_heads, self.head_dim).transpose(1, 2)
-            k = F.linear(h, p.k_w, p.k_b).view(u, width, self.n_kv, self.head_dim).transpose(1, 2)
+            q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(u, width, self.n_heads, self.head_dim), p.q_norm)
+            k = self._head_norm(F.linear(h, p.k_w, p.k_b).view(u, width, self.n_kv, self.head_dim), p.k_norm)
             v = F.linear(h, p.v_w, p.v_b).view(u, width, self.n_kv, self.head_dim).transpose(1, 2)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
             self.k_cache[i][:, :, :width] = k[src]
             self.v_cache[i][:, :, :width] = v[src]
             rep = self.n_heads // self.n_kv
@@ -226,8 +232,8 @@ class FastDecoder:
         x = F.embedding(tokens, self.model.model.embed_tokens.weight)
         for i, p in enumerate(self.layers):
             h = _rms_norm(x, p.ln1, self.eps)
-            q = F.linear(h, p.q_w, p.q_b).view(b, self.n_kv, rep, self.head_dim)
-            k = F.linear(h, p.k_w, p.k_b).view(b, self.n_kv, 1, self.head_dim)
+            q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(b, self.n_kv, rep, self.head_dim), p.q_norm)
+            k = self._head_norm(F.linear(h, p.k_w, p.k_b).view(b, self.n_kv, 1, self.head_dim), p.k_norm)
             v = F.linear(h, p.v_w, p.v_b).view(b, self.n_kv, 1, self.head_dim)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             self.k_cache[i][:, :, t: t + 1] = k
