@@ -119,6 +119,27 @@ class WarmStartConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Multi-process training (torchrun + FSDP2), precision and memory savers (docs/scaling.md)."""
+
+    fsdp: bool | Literal["auto"] = "auto"  # auto: shard when >1 rank, or when bf16/cpu_offload is on
+    mixed_precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    grad_checkpointing: bool = False  # recompute each decoder layer in backward
+    cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: sharded params, grads, optimizer in host RAM
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters through peft; with kl_coef > 0 the reference is the base (adapter off)."""
+
+    enabled: bool = False
+    r: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: list[str] | str = "all-linear"  # peft names, e.g. [q_proj, v_proj]
+
+
+@dataclass
 class Config:
     name: str = "run"
     output_dir: str | None = None  # default runs/<name>
@@ -133,6 +154,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
     @property
     def run_dir(self) -> Path:
@@ -143,6 +166,11 @@ class Config:
 
 
 def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin is Literal:
+        return " or ".join(repr(a) for a in get_args(tp))
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
