@@ -357,3 +357,28 @@ def test_site_packages_is_opt_in() -> None:
     code = "import jsonschema; print('ok')"
     assert "ModuleNotFoundError" in LocalExecutor(CFG).run(code).output
     assert LocalExecutor(dataclasses.replace(CFG, site_packages=True)).run(code).output == "ok\n"
+
+
+def test_uid_lease_clears_what_a_crashed_holder_left(tmp_path) -> None:  # noqa: ANN001
+    if os.geteuid() != 0:
+        pytest.skip("uid leases are used when started as root")
+    import subprocess
+
+    from agentrl.tools.sandbox.uids import UidLeases
+
+    uid = 1_750_000
+    (tmp_path / f"{uid}.lock").write_text("1")  # last held by another process
+    left = subprocess.Popen(["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "sleep", "60"])
+    try:
+        time.sleep(0.2)
+        assert left.poll() is None
+        leases = UidLeases(uid, 1, lock_dir=str(tmp_path))
+        with leases.lease() as got:
+            assert got == uid
+            assert left.wait(timeout=5) == -9
+            with pytest.raises(RuntimeError, match="in use"):
+                leases.acquire()
+        assert (tmp_path / f"{uid}.lock").read_text() == str(os.getpid())
+    finally:
+        left.kill()
+        left.wait()

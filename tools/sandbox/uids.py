@@ -4,7 +4,8 @@ A distinct uid per sandbox means the code cannot signal, trace or read the memor
 parent or of another sandbox, RLIMIT_NPROC (counted per uid) bounds each sandbox alone, and
 every process left behind can be found and killed by its uid. Leases are ``flock``-ed files,
 so several trainer processes on one host never hand out the same uid; a crashed holder's
-locks vanish with it.
+locks vanish with it, and whatever it left running under a uid is killed when another
+process first leases that uid.
 
 Example::
 
@@ -24,6 +25,8 @@ import stat
 import tempfile
 import threading
 from typing import Iterator
+
+from .process import kill_uid
 
 
 class UidLeases:
@@ -53,11 +56,21 @@ class UidLeases:
                 with self._mutex:
                     self._held.discard(uid)
                 continue
+            self._claim(uid, fd)
             return uid, fd
         raise RuntimeError(
             f"all {self.count} sandbox uids from {self.base} are in use; raise SandboxConfig.uid_count "
             "or lower max_concurrency / the number of live stateful sessions"
         )
+
+    def _claim(self, uid: int, fd: int) -> None:
+        """Record this process as the uid's holder. A uid last held by another process (which
+        may have crashed with sandboxes alive) is first cleared of every process it owns."""
+        me = str(os.getpid()).encode()
+        if os.pread(fd, 32, 0).strip() != me:
+            kill_uid(uid)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me, 0)
 
     def release(self, uid: int, fd: int) -> None:
         os.close(fd)  # closing drops the flock
