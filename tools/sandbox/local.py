@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import secrets
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from .config import SandboxConfig
 from .isolation import Isolation, Launch
 from .pool import ExecPool, shared_pool
 from .process import SandboxProcess, pump
 from .result import ExecResult, exit_status
+
+if TYPE_CHECKING:
+    from .worker import StatefulWorker
 
 
 class LocalExecutor:
