@@ -1,7 +1,8 @@
 """Sampling speed on the offline tiny model: HFEngine's fast decoder vs the stock paths.
 
-Prints tokens/s and milliseconds per decode step (wall time of the whole call divided by the
-number of steps, prefill included) for a batch of ragged chat prompts, for:
+Prints tokens/s and milliseconds per decode step (best wall time of the whole call, over
+round-robin repeats, divided by the number of steps, prefill included) for a batch of ragged
+chat prompts, for:
 
 - ``engine/fast``   HFEngine with the hand-written Qwen2 decoder (the default for this model)
 - ``engine/stock``  HFEngine driving the model's own forward with a DynamicCache (the fallback)
@@ -50,34 +51,37 @@ def make_prompts(tokenizer, batch: int, group: int) -> list[list[int]]:
     return [prompts[i // group] for i in range(batch)]
 
 
-def time_engine(engine: HFEngine, prompts, new: int, repeats: int) -> float:
+def engine_run(engine: HFEngine, decoder, prompts, new: int):
+    """A timed-call closure for HFEngine driving ``decoder``."""
     params = SamplingParams(max_new_tokens=new, temperature=1.0, seed=0)
-    engine.generate(prompts, SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
+
+    def run() -> float:
+        engine._decoder = decoder
         start = time.perf_counter()
         out = engine.generate(prompts, params)
-        best = min(best, time.perf_counter() - start)
         assert all(len(g.token_ids) == new for g in out)
-    return best
+        return time.perf_counter() - start
+
+    return run
 
 
-def time_hf_generate(model, prompts, new: int, repeats: int) -> float:
+def hf_generate_run(model, prompts, new: int):
+    """A timed-call closure for transformers' ``generate`` on the left-padded batch."""
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     cfg = copy.deepcopy(model.generation_config)
-    cfg.eos_token_id = None
-    best = float("inf")
-    with torch.no_grad():
-        model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=True, generation_config=cfg)
-        for _ in range(repeats):
+    cfg.update(eos_token_id=None, do_sample=True, top_p=1.0, top_k=0, max_new_tokens=new)
+
+    def run() -> float:
+        with torch.no_grad():
             start = time.perf_counter()
-            out = model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=True, top_p=1.0,
-                                 top_k=0, generation_config=cfg)
-            best = min(best, time.perf_counter() - start)
-            assert out.shape[1] == width + new
-    return best
+            out = model.generate(ids, attention_mask=mask, generation_config=cfg)
+            seconds = time.perf_counter() - start
+        assert out.shape[1] == width + new
+        return seconds
+
+    return run
 
 
 def main() -> None:
@@ -98,19 +102,21 @@ def main() -> None:
     results = []
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
+        engine.num_threads = threads  # the engine sets (and restores) threads per call
+        runs = {}
         for path in args.paths.split(","):
-            engine.num_threads = threads  # the engine sets (and restores) threads per call
             if path == "fast":
-                engine._decoder = FastDecoder(engine.model)
-                seconds = time_engine(engine, prompts, args.new, args.repeats)
-                name = "engine/fast"
+                runs["engine/fast"] = engine_run(engine, FastDecoder(engine.model), prompts, args.new)
             elif path == "stock":
-                engine._decoder = StockDecoder(engine.model)
-                seconds = time_engine(engine, prompts, args.new, args.repeats)
-                name = "engine/stock"
+                runs["engine/stock"] = engine_run(engine, StockDecoder(engine.model), prompts, args.new)
             else:
-                seconds = time_hf_generate(engine.model, prompts, args.new, args.repeats)
-                name = "hf.generate"
+                runs["hf.generate"] = hf_generate_run(engine.model, prompts, args.new)
+        best = {name: float("inf") for name in runs}
+        # Round-robin so that a load change on the shared machine hits every path alike.
+        for _ in range(args.repeats + 1):  # the first round warms up
+            for name, run in runs.items():
+                best[name] = min(best[name], run())
+        for name, seconds in best.items():
             results.append(Result(name, threads, seconds, args.batch * args.new, args.new))
             print(results[-1].line(), flush=True)
     fast = {r.threads: r.seconds for r in results if r.path == "engine/fast"}
