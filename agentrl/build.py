@@ -22,7 +22,9 @@ BUILTIN_ENVS = {
 
 def set_threads(num_threads: int | None) -> int:
     """Set torch's CPU threads deliberately: on few shared cores, oversubscription is ~30x slower."""
-    n = num_threads or max(1, min(2, os.cpu_count() or 1))
+    # torchrun starts LOCAL_WORLD_SIZE ranks on this machine: split the cores between them.
+    local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "") or 1))
+    n = num_threads or max(1, min(2, (os.cpu_count() or 1) // local_ranks))
     torch.set_num_threads(n)
     return n
 
@@ -66,13 +68,13 @@ def resolve_model_path(cfg: Config, env=None) -> str:
     return path
 
 
-def load_model_and_tokenizer(path: str, device: str = "cpu"):
+def load_model_and_tokenizer(path: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
     """``from_pretrained`` with one clear message when the model cannot be had offline."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as e:
         local = Path(path).exists()
         hint = (
@@ -99,6 +101,7 @@ class Runtime:
     chat: object  # agentrl.chat.ChatTemplate
     toolbox: object  # agentrl.tool.ToolBox
     runner: object  # agentrl.rollout.RolloutRunner
+    sampler: torch.nn.Module | None = None  # the HF engine's own full-weight copy (FSDP runs)
 
 
 def make_engine(cfg: Config, model, tokenizer, model_path: str, threads: int):
@@ -112,19 +115,37 @@ def make_engine(cfg: Config, model, tokenizer, model_path: str, threads: int):
     return VLLMEngine(model_path, tokenizer, seed=cfg.seed, **cfg.model.engine_args)
 
 
-def build_runtime(cfg: Config, env, model_path: str) -> Runtime:
-    """Load the model at ``model_path`` and wire engine, chat template, tools and rollout."""
+def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | None = None) -> Runtime:
+    """Load the model at ``model_path`` and wire engine, chat template, tools and rollout.
+
+    ``plan`` (an ``agentrl.parallel.ParallelPlan``) lays the policy out for training (LoRA,
+    gradient checkpointing, FSDP2); under FSDP the HF engine gets its own full-weight copy
+    (``Runtime.sampler``) that ``agentrl.weight_sync.WeightSync`` refreshes after each step.
+    ``device`` overrides ``cfg.model.device`` (e.g. ``cuda:3`` for local rank 3).
+    """
     from agentrl.chat import ChatTemplate
     from agentrl.rollout import RolloutRunner
     from agentrl.tool import ToolBox
 
     threads = set_threads(cfg.model.num_threads)
-    model, tok = load_model_and_tokenizer(model_path, cfg.model.device)
-    engine = make_engine(cfg, model, tok, model_path, threads)
+    device = device or cfg.model.device
+    sampler = None
+    if plan is None or plan.plain:
+        model, tok = load_model_and_tokenizer(model_path, device)
+    else:
+        from agentrl.parallel import prepare_policy
+
+        # FSDP moves each shard to the device itself: the full model never sits on one GPU.
+        model, tok = load_model_and_tokenizer(model_path, "cpu" if plan.fsdp else device)
+        if plan.fsdp and cfg.model.engine == "hf":
+            sampler = load_model_and_tokenizer(model_path, device, plan.compute_dtype)[0]
+            sampler.requires_grad_(False).eval()
+        model = prepare_policy(model, plan, cfg.lora, device)
+    engine = make_engine(cfg, sampler if sampler is not None else model, tok, model_path, threads)
     chat = ChatTemplate(tok, cfg.model.template)
     box = ToolBox(env.tools(), tokenizer=tok, default_timeout=cfg.tools.timeout,
                   max_output_tokens=cfg.tools.max_output_tokens)
     rollout_cfg = cfg.rollout
     if rollout_cfg.answer_pattern is None and getattr(env, "answer_pattern", None):
         rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)
-    return Runtime(model, tok, engine, chat, box, RolloutRunner(engine, chat, box, rollout_cfg))
+    return Runtime(model, tok, engine, chat, box, RolloutRunner(engine, chat, box, rollout_cfg), sampler)

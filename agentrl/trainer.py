@@ -6,11 +6,16 @@ Example (a 1-step run of the arithmetic example on the tiny model)::
     cfg = load_config("examples/arithmetic_ci.yaml", ["train.steps=1", "output_dir=/tmp/agentrl-doc"])
     result = train(cfg)
     print(result.run_dir, result.final_eval)
+
+The same config runs on N processes with ``torchrun --nproc_per_node=N -m agentrl train CFG``
+(docs/scaling.md): each rank rolls out its share of whole groups, the update is FSDP2-sharded
+and equals the single-process update, and rank 0 alone writes the run directory.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -20,14 +25,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from agentrl import distributed as dist
 from agentrl.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
 from agentrl.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
+from agentrl.checkpoint_dcp import is_sharded, load_legacy_optimizer, load_sharded_checkpoint, save_sharded_checkpoint
 from agentrl.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.evaluate import EvalResult, evaluate, score_all
 from agentrl.metrics import MetricsWriter, plot_curves, truncate_metrics
 from agentrl.objective import describe_objective
+from agentrl.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
+from agentrl.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.types import Task, Trajectory, write_jsonl
 from agentrl.update import UpdateStats, compute_advantages, grpo_update
+from agentrl.weight_sync import WeightSync
+
+RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts
 
 
 @dataclass
@@ -50,12 +62,28 @@ def _lr_lambda(schedule: str, warmup: int, total: int):
     return f
 
 
+def build_optimizer(cfg: Config, model: torch.nn.Module):
+    """AdamW over the trainable parameters (LoRA: the adapters) and its LR schedule."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                                  weight_decay=cfg.optim.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _lr_lambda(cfg.optim.schedule, cfg.optim.warmup_steps, cfg.train.steps))
+    return optimizer, scheduler
+
+
 class Trainer:
     """Owns the model, engine, environment and run directory of one training run."""
 
     def __init__(self, cfg: Config, *, log=print):
         self.cfg = cfg
-        self.log = log
+        world = int(os.environ.get("WORLD_SIZE", "") or 1)
+        self.plan = resolve_plan(cfg.parallel, cfg.lora, world, cfg.model.device)
+        self._own_group = self.plan.fsdp and not dist.is_initialized()
+        self.dist = dist.init_distributed(cfg.model.device, single_rank_group=self.plan.fsdp)
+        self.main = self.dist.is_main
+        self.log = log if self.main else (lambda *a, **k: None)
+        self.sharded_ckpt = self.plan.fsdp or self.plan.lora  # torch.distributed.checkpoint format
         self.run_dir = cfg.run_dir
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
@@ -72,32 +100,55 @@ class Trainer:
                 f"{self.run_dir} already holds checkpoints; pass resume=true to continue it "
                 "or output_dir=... for a new run"
             )
-        self.model_path = str(ckpt / "model") if ckpt else resolve_model_path(cfg, self.env)
-        rt = build_runtime(cfg, self.env, self.model_path)
+        # A checkpoint's model/ holds the full policy (LoRA merged); a sharded one's dcp/ then
+        # overwrites every parameter, adapters and base weights included.
+        self.model_path = str(ckpt / "model") if ckpt else self._base_model_path()
+        rt = build_runtime(cfg, self.env, self.model_path, self.plan, self.dist.device)
         self.model, self.tokenizer, self.engine = rt.model, rt.tokenizer, rt.engine
         self.chat, self.toolbox, self.runner = rt.chat, rt.toolbox, rt.runner
+        self.sync = WeightSync(self.engine, rt.sampler,
+                               shared=not self.plan.fsdp and (cfg.model.engine == "hf" or not self.plan.lora))
         self.ref_model = None
-        if cfg.algo.kl_coef > 0:  # the reference is the policy at step 0, frozen
-            base = resolve_model_path(cfg, self.env) if ckpt else self.model_path
-            self.ref_model = load_model_and_tokenizer(base, cfg.model.device)[0]
-            self.ref_model.requires_grad_(False).eval()
+        if cfg.algo.kl_coef > 0 and self.plan.lora:  # the base model, adapter off: no second copy
+            self.ref_model = AdapterDisabledReference(self.model)
+        elif cfg.algo.kl_coef > 0:  # the reference is the policy at step 0, frozen
+            base = self._base_model_path() if ckpt else self.model_path
+            ref = load_model_and_tokenizer(base, "cpu" if self.plan.fsdp else self.dist.device)[0]
+            self.ref_model = prepare_reference(ref, self.plan, self.dist.device)
         self.train_tasks: list[Task] = self.env.tasks("train")
         self.test_tasks: list[Task] = self.env.tasks("test")[: cfg.eval.num_tasks]
         self.tasks_by_id = {t.id: t for t in self.train_tasks}
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr,
-                                           betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _lr_lambda(cfg.optim.schedule, cfg.optim.warmup_steps, cfg.train.steps))
+        self.test_by_id = {t.id: t for t in self.test_tasks}
+        self.optimizer, self.scheduler = build_optimizer(cfg, self.model)
         if ckpt is not None:
-            self.state = load_checkpoint_state(ckpt, self.optimizer, self.scheduler)
+            if is_sharded(ckpt):
+                self.state = load_sharded_checkpoint(ckpt, self.model, self.optimizer, self.scheduler,
+                                                     lora=self.plan.lora)
+            elif self.sharded_ckpt:
+                self.state = load_legacy_optimizer(ckpt, self.model, self.optimizer, self.scheduler)
+            else:
+                self.state = load_checkpoint_state(ckpt, self.optimizer, self.scheduler)
             self.engine.policy_version = self.state.policy_version
-            self._drop_after(self.state.step)
+            if self.main:
+                self._drop_after(self.state.step)
             self.log(f"resumed from {ckpt} (step {self.state.step})")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "rollouts").mkdir(exist_ok=True)
-        save_config(cfg, self.run_dir / "config.yaml")
-        self.tokenizer.save_pretrained(self.run_dir / "tokenizer")  # lets `agentrl inspect` decode ids
-        self.metrics = MetricsWriter(self.run_dir)
+        self.metrics = None
+        if self.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "rollouts").mkdir(exist_ok=True)
+            save_config(cfg, self.run_dir / "config.yaml")
+            self.tokenizer.save_pretrained(self.run_dir / "tokenizer")  # lets `agentrl inspect` decode ids
+            self.metrics = MetricsWriter(self.run_dir)
+        dist.barrier()
+
+    def _base_model_path(self) -> str:
+        """The step-0 policy; rank 0 builds any cached artifact (tiny model, warm start) first."""
+        if self.main:
+            path = resolve_model_path(self.cfg, self.env)
+        dist.barrier()
+        if not self.main:
+            path = resolve_model_path(self.cfg, self.env)
+        return path
 
     # -- bookkeeping ----------------------------------------------------------------------
 
@@ -111,9 +162,14 @@ class Trainer:
     def _checkpoint(self) -> Path:
         import yaml
 
+        text = yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False)
+        if self.sharded_ckpt:
+            return save_sharded_checkpoint(self.run_dir, self.state, self.model, self.tokenizer, self.optimizer,
+                                           self.scheduler, text, lora=self.plan.lora,
+                                           keep=self.cfg.train.keep_checkpoints,
+                                           export_dtype=self.plan.compute_dtype)
         return save_checkpoint(self.run_dir, self.state, self.model, self.tokenizer, self.optimizer,
-                               self.scheduler, yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False),
-                               keep=self.cfg.train.keep_checkpoints)
+                               self.scheduler, text, keep=self.cfg.train.keep_checkpoints)
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -124,15 +180,21 @@ class Trainer:
         return [rng.choice(self.train_tasks) for _ in range(n)]
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """Roll out, score and (DAPO dynamic sampling) refill until the batch has signal."""
+        """Roll out, score and (DAPO dynamic sampling) refill until the batch has signal.
+
+        Every rank draws the same global prompt list and rolls out its own slice of whole
+        groups (``shard_whole_groups``); the refill decision counts signal groups of all ranks.
+        """
         cfg = self.cfg
         G = cfg.algo.num_samples
         trajs: list[Trajectory] = []
         t_roll = t_tools = 0.0
         draws = 0
+        rank, world = self.dist.rank, self.dist.world_size
         while True:
-            tasks = self.sample_tasks(step, cfg.train.prompts_per_step, draws)
-            batch = self.runner.run(tasks, G, self.env.system_prompt, seed=cfg.seed * 7 + step * 131 + draws,
+            tasks = dist.shard_whole_groups(self.sample_tasks(step, cfg.train.prompts_per_step, draws), rank, world)
+            batch = self.runner.run(tasks, G, self.env.system_prompt,
+                                    seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
                                     group_prefix=f"s{step}d{draws}/")
             score_all(self.env, self.tasks_by_id, batch.trajectories)
             t_roll += batch.stats.total_s
@@ -141,7 +203,7 @@ class Trainer:
             draws += 1
             if not (cfg.algo.drop_zero_variance and cfg.algo.refill_batch) or draws > cfg.algo.max_refills:
                 break
-            if self._signal_groups(trajs) >= cfg.train.prompts_per_step:
+            if dist.sum_floats([self._signal_groups(trajs)])[0] >= cfg.train.prompts_per_step:
                 break
         return trajs, {"time/rollout": t_roll, "time/tools": t_tools, "batch/draws": float(draws)}
 
@@ -152,15 +214,22 @@ class Trainer:
             by.setdefault(t.group_id, set()).add(t.reward)
         return sum(len(v) > 1 for v in by.values())
 
-    def run_eval(self, step: int) -> EvalResult:
+    def run_eval(self, step: int) -> EvalResult | None:
+        """Each rank evaluates its slice of the held-out tasks; the merged result on rank 0 (None elsewhere)."""
         e = self.cfg.eval
-        res = evaluate(self.runner, self.env, self.test_tasks, greedy=e.greedy, pass_k=e.pass_k,
-                       seed=self.cfg.seed + 17)
+        mine = dist.shard_whole_groups(self.test_tasks, self.dist.rank, self.dist.world_size)
+        res = evaluate(self.runner, self.env, mine, greedy=e.greedy, pass_k=e.pass_k,
+                       seed=self.cfg.seed + 17) if mine else EvalResult(0.0, {})
+        parts = dist.gather_to_main(res)
+        if parts is None:
+            return None
+        res = merge_eval_results(parts, self.test_by_id)
         write_jsonl(str(self.run_dir / "rollouts" / f"eval_step_{step:06d}.jsonl"), res.trajectories)
         return res
 
-    def step_metrics(self, trajs: list[Trajectory], st: UpdateStats, zero_var: int, n_groups: int,
-                     filt) -> dict[str, float]:
+    def step_metrics(self, shard: StepShard, st: UpdateStats) -> dict[str, float]:
+        """The logged metrics of a step, from the merged shards of every rank."""
+        trajs, zero_var, n_groups = shard.trajectories, shard.zero_variance_groups, shard.groups
         n = max(1, len(trajs))
         rewards = np.array([t.reward or 0.0 for t in trajs])
         calls = sum(len(t.tool_calls) for t in trajs)
@@ -175,9 +244,9 @@ class Trainer:
             "finish/max_turns_frac": sum(t.finish_reason == "max_turns" for t in trajs) / n,
             "response/len_mean": sum(t.num_model_tokens for t in trajs) / n,
             "void_turns/frac": sum(t.metadata.get("void_turns", 0) > 0 for t in trajs) / n,
-            "filter/dropped_zero_variance": float(filt.dropped_zero_variance),
-            "filter/masked_truncated": float(filt.masked_truncated),
-            "filter/dropped_void": float(filt.dropped_void),
+            "filter/dropped_zero_variance": float(shard.dropped_zero_variance),
+            "filter/masked_truncated": float(shard.masked_truncated),
+            "filter/dropped_void": float(shard.dropped_void),
             "loss": st.loss, "pg_loss": st.pg_loss, "clip_frac": st.clip_frac, "kl": st.kl,
             "entropy": st.entropy, "grad_norm": st.grad_norm, "ratio/mean": st.ratio_mean,
             "ratio/max": st.ratio_max, "mismatch/abs_mean": st.mismatch_mean,
@@ -188,10 +257,11 @@ class Trainer:
         }
 
     def train_step(self, step: int) -> dict[str, float]:
+        """One step on every rank; the metrics of the whole step on rank 0 ({} elsewhere)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         trajs, timing = self.collect(step)
-        adv, filt = compute_advantages(trajs, cfg.algo)
+        adv, filt = compute_advantages(trajs, cfg.algo)  # groups are whole on each rank
         keep = filt.keep.tolist()
         for t, k in zip(trajs, keep):
             if not k:
@@ -202,14 +272,22 @@ class Trainer:
             temperature=cfg.rollout.temperature, micro_batch_tokens=cfg.train.micro_batch_tokens,
             num_iterations=cfg.train.num_iterations, max_grad_norm=cfg.optim.max_grad_norm,
             pad_id=self.tokenizer.pad_token_id, norm_len=cfg.algo.norm_len or cfg.rollout.max_total_tokens,
-            ref_model=self.ref_model, device=cfg.model.device,
+            ref_model=self.ref_model, device=self.dist.device,
         )
-        self.engine.sync_weights(self.model)
-        timing["time/update"] = time.perf_counter() - t1
+        self.sync(self.model)
+        t_update = time.perf_counter() - t1
+        shards = dist.gather_to_main(StepShard(
+            trajs, int(adv.zero_variance.sum()), len(adv.zero_variance), filt.dropped_zero_variance,
+            filt.masked_truncated, filt.dropped_void, timing["time/rollout"], timing["time/tools"],
+            int(timing["batch/draws"])))
+        if shards is None:
+            return {}
+        shard = merge_step_shards(shards)
         if cfg.train.log_rollouts:
-            write_jsonl(str(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"), trajs)
-        m = self.step_metrics(trajs, st, int(adv.zero_variance.sum()), len(adv.zero_variance), filt)
-        m.update(timing)
+            write_jsonl(str(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"), shard.trajectories)
+        m = self.step_metrics(shard, st)
+        m.update({"time/rollout": shard.time_rollout, "time/tools": shard.time_tools,
+                  "batch/draws": float(shard.draws), "time/update": t_update})
         m["time/step"] = time.perf_counter() - t0
         return m
 
@@ -218,6 +296,7 @@ class Trainer:
     def train(self) -> TrainResult:
         cfg = self.cfg
         self.log(describe_objective(cfg))
+        self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}")
         iso = {getattr(t, "isolation_level", None) for t in self.env.tools()} - {None}
         if iso:
             self.log(f"tool isolation: {', '.join(sorted(iso))}")
@@ -225,12 +304,13 @@ class Trainer:
         start = self.state.step + 1
         if start == 1 and cfg.eval.at_start:
             res = self.run_eval(0)
-            first = res.accuracy
-            self.metrics.log(0, res.metrics())
-            self.log(f"step 0 eval/accuracy={res.accuracy:.3f} "
-                     + " ".join(f"{k}={v:.2f}" for k, v in sorted(res.by_family.items())))
+            if res is not None:
+                first = res.accuracy
+                self.metrics.log(0, res.metrics())
+                self.log(f"step 0 eval/accuracy={res.accuracy:.3f} "
+                         + " ".join(f"{k}={v:.2f}" for k, v in sorted(res.by_family.items())))
         bar = tqdm(range(start, cfg.train.steps + 1), desc="GRPO", unit="step", dynamic_ncols=True,
-                   initial=start - 1, total=cfg.train.steps)
+                   initial=start - 1, total=cfg.train.steps, disable=not self.main)
         try:
             for step in bar:
                 m = self.train_step(step)
@@ -238,22 +318,32 @@ class Trainer:
                 is_last = step == cfg.train.steps
                 if (cfg.eval.every and step % cfg.eval.every == 0) or is_last:
                     res = self.run_eval(step)
-                    m.update(res.metrics())
-                    final = res.accuracy
-                self.metrics.log(step, m)
-                bar.set_postfix(reward=f"{m['reward/mean']:.2f}", step_s=f"{m['time/step']:.1f}",
-                                **({"eval": f"{final:.2f}"} if final is not None else {}))
+                    if res is not None:
+                        m.update(res.metrics())
+                        final = res.accuracy
+                if self.main:
+                    self.metrics.log(step, m)
+                    bar.set_postfix(reward=f"{m['reward/mean']:.2f}", step_s=f"{m['time/step']:.1f}",
+                                    **({"eval": f"{final:.2f}"} if final is not None else {}))
                 if step % max(1, cfg.train.checkpoint_every) == 0 or is_last:
                     self._checkpoint()
-                plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "plots" / "curves.png", cfg.name)
+                if self.main:
+                    plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "plots" / "curves.png", cfg.name)
         except KeyboardInterrupt:
-            self.log(f"interrupted: saving a checkpoint of step {self.state.step}")
-            if self.state.step > 0:
-                self._checkpoint()
+            if self.dist.world_size > 1:  # ranks stop at different points: a collective save could hang
+                self.log(f"interrupted: resume from the last checkpoint (step {self.state.step} was not saved)")
+            else:
+                self.log(f"interrupted: saving a checkpoint of step {self.state.step}")
+                if self.state.step > 0:
+                    self._checkpoint()
             raise
         finally:
             bar.close()
-            self.metrics.close()
+            if self.metrics is not None:
+                self.metrics.close()
+        first, final = dist.broadcast_from_main((first, final))
+        if self._own_group:
+            dist.shutdown()
         return TrainResult(self.run_dir, self.state.step, first, final)
 
 

@@ -1,0 +1,69 @@
+"""One step's (or one evaluation's) results from every rank, merged on rank 0 before logging.
+
+Each rank rolls out, scores and filters its own whole groups; rank 0 gathers a ``StepShard``
+per rank (``agentrl.distributed.gather_to_main``) and merges them, so the metrics and the
+rollouts file describe the global batch whatever the number of ranks.
+
+    >>> a = StepShard([], 1, 2, 0, 0, 0, 1.0, 0.5, 1)
+    >>> b = StepShard([], 0, 2, 0, 1, 0, 2.0, 0.1, 1)
+    >>> m = merge_step_shards([a, b])
+    >>> m.zero_variance_groups, m.groups, m.masked_truncated, m.time_rollout
+    (1, 4, 1, 2.0)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from agentrl.evaluate import EvalResult
+from agentrl.types import Task, Trajectory
+
+
+@dataclass
+class StepShard:
+    """What one rank contributes to a step's metrics and rollouts file."""
+
+    trajectories: list[Trajectory]
+    zero_variance_groups: int
+    groups: int
+    dropped_zero_variance: int
+    masked_truncated: int
+    dropped_void: int
+    time_rollout: float  # seconds; the step waits for the slowest rank, so ranks merge by max
+    time_tools: float
+    draws: int
+
+
+def merge_step_shards(shards: list[StepShard]) -> StepShard:
+    """Concatenate trajectories in rank order (the global prompt order), sum counts, max times."""
+    if not shards:
+        raise ValueError("no shards to merge")
+    return StepShard(
+        trajectories=[t for s in shards for t in s.trajectories],
+        zero_variance_groups=sum(s.zero_variance_groups for s in shards),
+        groups=sum(s.groups for s in shards),
+        dropped_zero_variance=sum(s.dropped_zero_variance for s in shards),
+        masked_truncated=sum(s.masked_truncated for s in shards),
+        dropped_void=sum(s.dropped_void for s in shards),
+        time_rollout=max(s.time_rollout for s in shards),
+        time_tools=max(s.time_tools for s in shards),
+        draws=max(s.draws for s in shards),
+    )
+
+
+def merge_eval_results(results: list[EvalResult], tasks_by_id: dict[str, Task]) -> EvalResult:
+    """Greedy accuracy over every rank's trajectories; pass@k weighted by each rank's tasks."""
+    if len(results) == 1:
+        return results[0]
+    trajs = [t for r in results for t in r.trajectories]
+    fam: dict[str, list[float]] = defaultdict(list)
+    for t in trajs:
+        fam[tasks_by_id[t.metadata["task_id"]].family].append(t.reward or 0.0)
+    acc = sum(t.reward or 0.0 for t in trajs) / max(1, len(trajs))
+    out = EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
+    weighted = [(r.pass_k, len(r.trajectories)) for r in results if r.pass_k is not None]
+    if weighted:
+        out.pass_k = sum(p * n for p, n in weighted) / max(1, sum(n for _, n in weighted))
+        out.k = max(r.k for r in results)
+    return out
