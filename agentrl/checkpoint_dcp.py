@@ -24,13 +24,15 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from agentrl.checkpoint import TrainState, _fsync_dir, checkpoint_dir, list_checkpoints
-from agentrl.distributed import barrier, gather_to_main, get_rank, get_world_size
+from agentrl.distributed import barrier, gather_to_main, get_rank, get_world_size, is_initialized
 from agentrl.weight_sync import export_weights
 
 FORMAT = "dcp-v1"
@@ -38,6 +40,14 @@ FORMAT = "dcp-v1"
 
 def is_sharded(ckpt: Path) -> bool:
     return (ckpt / "dcp").is_dir()
+
+
+@contextmanager
+def _quiet_single_process():
+    """DCP warns that it 'assumes' a single process when there is no group: that is the intent."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _rng_state() -> dict:
@@ -95,7 +105,8 @@ def save_sharded_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, 
         tmp.mkdir(parents=True)
     barrier()
     msd, osd = get_state_dict(model, optimizer)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
+    with _quiet_single_process():
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"), no_dist=not is_initialized())
     export_hf(model, tokenizer, tmp / "model", export_dtype)
     rngs = gather_to_main(_rng_state())
     if main:
@@ -128,7 +139,8 @@ def load_sharded_checkpoint(ckpt: Path, model, optimizer, scheduler, *, lora: bo
         raise ValueError(f"{ckpt} was written with LoRA {on}; resume it with lora.enabled={str(bool(blob['lora'])).lower()}")
     msd, osd = get_state_dict(model, optimizer)  # also creates the optimizer's state tensors to load into
     sd = {"model": msd, "optim": osd}
-    dcp.load(sd, checkpoint_id=str(ckpt / "dcp"))
+    with _quiet_single_process():
+        dcp.load(sd, checkpoint_id=str(ckpt / "dcp"), no_dist=not is_initialized())
     set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
     scheduler.load_state_dict(blob["scheduler"])
     rngs = blob["rng"]

@@ -106,6 +106,138 @@ def test_config_keys():
         load_config(None, ["parallel.fsdp=sometimes"])
 
 
+# -- LoRA, gradient checkpointing, legacy checkpoints (one process) ---------------------------
+
+
+@pytest.fixture()
+def tiny():
+    from agentrl.build import load_model_and_tokenizer
+    from agentrl.models.tiny import ensure_tiny_model
+
+    torch.set_num_threads(1)
+    path = str(ensure_tiny_model())
+    return lambda: load_model_and_tokenizer(path)
+
+
+def _update(model, trajs, cfg, ref=None):
+    from agentrl.trainer import build_optimizer
+    from agentrl.update import compute_advantages, grpo_update
+
+    opt, sched = build_optimizer(cfg, model)
+    adv, filt = compute_advantages(trajs, cfg.algo)
+    st = grpo_update(model, opt, sched, trajs, filt.keep.tolist(), cfg.algo, temperature=1.0,
+                     micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
+                     max_grad_norm=cfg.optim.max_grad_norm, pad_id=0, norm_len=64, ref_model=ref)
+    return st, opt, sched
+
+
+def test_lora_trains_only_adapters_and_reference_is_the_base(tiny, tmp_path):
+    pytest.importorskip("peft")
+    from agentrl.batching import collate, score_tokens
+    from agentrl.checkpoint import TrainState, latest_checkpoint
+    from agentrl.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
+    from agentrl.parallel import AdapterDisabledReference, prepare_policy
+    from agentrl.trainer import build_optimizer
+    from agentrl.weight_sync import WeightSync, export_weights
+
+    cfg = load_config(None, OVERRIDES + ["lora.enabled=true", "lora.r=4", "lora.alpha=8.0", "optim.lr=1.0e-2"])
+    plan = resolve_plan(cfg.parallel, cfg.lora, world_size=1, device="cpu")
+    policy = prepare_policy(tiny()[0], plan, cfg.lora, "cpu")
+    ref = AdapterDisabledReference(policy)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    trajs = fixed_batch()
+    st, opt, sched = _update(policy, trajs, cfg, ref)
+    assert st.loss > st.pg_loss  # iteration 2's loss has a KL term: the policy moved away from the reference
+    changed = {n for n, p in policy.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed), sorted(changed)[:5]
+    assert any("lora_B" in n for n in changed)  # B starts at 0: the adapter now does something
+
+    base = tiny()[0].eval()
+    mb = collate(trajs, list(range(len(trajs))), 0)
+    with torch.no_grad():
+        ref_lp = score_tokens(ref, mb, 1.0)[0]
+        base_lp = score_tokens(base, mb, 1.0)[0]
+        pol_lp = score_tokens(policy, mb, 1.0)[0]
+    m = mb.loss_mask.bool()
+    assert torch.allclose(ref_lp[m], base_lp[m], atol=1e-6, rtol=0)
+    assert (pol_lp[m] - base_lp[m]).abs().max() > 1e-3  # ...while the policy itself differs
+
+    # the merged export makes a plain copy compute what the LoRA policy computes
+    sampler = tiny()[0].eval()
+
+    class Engine:
+        policy_version = 0
+
+        def sync_weights(self, model):
+            self.policy_version += 1
+
+    sync = WeightSync(Engine(), sampler, shared=False)
+    sync(policy)
+    assert sync.engine.policy_version == 1
+    with torch.no_grad():
+        assert torch.allclose(score_tokens(sampler, mb, 1.0)[0][m], pol_lp[m], atol=1e-5)
+
+    # a LoRA checkpoint (sharded format, no process group) resumes adapters and optimizer
+    save_sharded_checkpoint(tmp_path, TrainState(1, 1), policy, tiny()[1], opt, sched, "seed: 0\n", lora=True)
+    policy2 = prepare_policy(tiny()[0], plan, cfg.lora, "cpu")
+    opt2, sched2 = build_optimizer(cfg, policy2)
+    load_sharded_checkpoint(latest_checkpoint(tmp_path), policy2, opt2, sched2, lora=True)
+    for n, p in policy2.named_parameters():
+        assert torch.equal(p, dict(policy.named_parameters())[n]), n
+    with pytest.raises(ValueError, match="lora.enabled=true"):
+        load_sharded_checkpoint(latest_checkpoint(tmp_path), *_plain_with_optim(tiny, cfg), lora=False)
+    exported = dict(export_weights(policy))
+    from safetensors.torch import load_file
+
+    saved = load_file(str(latest_checkpoint(tmp_path) / "model" / "model.safetensors"))
+    assert saved.keys() == exported.keys() and all(torch.equal(saved[k], exported[k]) for k in saved)
+
+
+def _plain_with_optim(tiny, cfg):
+    from agentrl.trainer import build_optimizer
+
+    model = tiny()[0]
+    return (model, *build_optimizer(cfg, model))
+
+
+def test_grad_checkpointing_gives_the_same_gradient(tiny):
+    from agentrl.batching import collate, score_tokens
+    from agentrl.parallel import prepare_policy
+
+    trajs = fixed_batch(num_groups=2)
+    mb = collate(trajs, list(range(len(trajs))), 0)
+    grads = []
+    for ckpt in (False, True):
+        plan = resolve_plan(ParallelConfig(grad_checkpointing=ckpt), LoRAConfig(), 1, "cpu")
+        model = prepare_policy(tiny()[0].train(), plan, LoRAConfig(), "cpu")
+        (score_tokens(model, mb, 1.0)[0] * mb.loss_mask).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert model.model.layers[0].gradient_checkpointing
+    for n, g in grads[0].items():
+        assert torch.allclose(grads[1][n], g, atol=1e-6), n
+
+
+def test_single_process_checkpoint_resumes_in_sharded_layout(tiny, tmp_path):
+    """The optimizer of a plain checkpoint (keyed by position) is re-keyed by parameter name."""
+    from agentrl.checkpoint import TrainState, latest_checkpoint, save_checkpoint
+    from agentrl.checkpoint_dcp import load_legacy_optimizer
+    from agentrl.trainer import build_optimizer
+
+    cfg = load_config(None, OVERRIDES + ["algo.kl_coef=0.0"])
+    model, tok = tiny()
+    st, opt, sched = _update(model, fixed_batch(), cfg)
+    save_checkpoint(tmp_path, TrainState(1, 1), model, tok, opt, sched, "seed: 0\n")
+    model2 = tiny()[0]
+    opt2, sched2 = build_optimizer(cfg, model2)
+    state = load_legacy_optimizer(latest_checkpoint(tmp_path), model2, opt2, sched2)
+    assert state.step == 1
+    s1, s2 = opt.state_dict()["state"], opt2.state_dict()["state"]
+    assert s1.keys() == s2.keys() and s1
+    for i in s1:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(s1[i][k], s2[i][k]), (i, k)
+
+
 # -- the torchrun worker -----------------------------------------------------------------------
 
 
@@ -241,6 +373,37 @@ def test_sharded_checkpoint_resumes_in_two_ranks_and_one(two_vs_one):
             for n, v in st.items():
                 assert torch.equal(resumed["optim"][k][n], v), (k, n)
         assert resumed["lr"] == pytest.approx([1e-3])
+
+
+@pytest.mark.slow
+def test_torchrun_cli_lora_then_resume_in_one_process(tmp_path):
+    """`torchrun -m agentrl train` with 2 ranks (LoRA, KL to the adapter-off base, gradient
+    checkpointing): rank 0 alone writes the run dir, with every rank's rollouts; one plain
+    process then resumes the sharded checkpoint."""
+    run = tmp_path / "run"
+    common = [str(CI_CFG), f"output_dir={run}", "eval.at_start=false", "eval.num_tasks=4", "lora.enabled=true",
+              "lora.r=4", "algo.kl_coef=0.05", "parallel.grad_checkpointing=true"]
+    t2 = _launch(["-m", "agentrl", "train", *common, "train.steps=1"], 2, tmp_path)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1]  # one writer
+    assert rows[0]["train/attempts"] == 16.0  # 4 prompts x G=4, counted over both ranks
+    trajs = read_jsonl(str(run / "rollouts" / "step_000001.jsonl"))
+    assert len(trajs) == 16 and len({t.group_id for t in trajs}) == 4
+    for t in trajs:
+        t.check()
+        assert t.old_logprobs is not None and len(t.old_logprobs) == len(t.token_ids)
+    assert len(read_jsonl(str(run / "rollouts" / "eval_step_000001.jsonl"))) == 4  # both ranks' eval tasks
+    assert len(list((run / "tensorboard").iterdir())) == 1
+    ck = run / "checkpoints" / "step_000001"
+    assert sorted(p.name for p in (ck / "dcp").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert (ck / "model" / "model.safetensors").exists() and (ck / "state.pt").exists()
+    assert not list((run / "checkpoints").glob(".tmp_*"))
+
+    t1 = _launch(["-m", "agentrl", "train", *common, "train.steps=2", "resume=true"], 1, tmp_path)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert (run / "checkpoints" / "step_000002" / "dcp").is_dir()  # LoRA keeps the sharded format
+    print(f"\ntorchrun 2 ranks, 1 step: {t2:.1f}s; 1-process resume, 1 step: {t1:.1f}s")
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
