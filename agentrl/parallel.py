@@ -138,7 +138,6 @@ def prepare_policy(model: nn.Module, plan: ParallelPlan, lcfg: LoRAConfig, devic
         model = apply_lora(model, lcfg)
     if plan.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
         model.train()  # transformers only checkpoints in training mode
     if plan.fsdp:
         model = shard(model, plan, device)

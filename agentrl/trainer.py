@@ -261,6 +261,8 @@ class Trainer:
         cfg = self.cfg
         t0 = time.perf_counter()
         trajs, timing = self.collect(step)
+        if hasattr(self.engine, "sleep"):  # vLLM with enable_sleep_mode frees its GPU memory for the update
+            self.engine.sleep()
         adv, filt = compute_advantages(trajs, cfg.algo)  # groups are whole on each rank
         keep = filt.keep.tolist()
         for t, k in zip(trajs, keep):
