@@ -13,6 +13,7 @@ import copy
 import importlib.util
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -367,3 +368,32 @@ def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
     eng.sync_weights()
     assert (torch.tensor(eng.score([seq])[0]) - _trainer_scores(setup, setup.model, seq)).abs().max().item() < LOGPROB_TOL
     assert eng.policy_version == version + 2
+
+
+# -- the trainer, end to end ------------------------------------------------------------------------
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_trainer_step_with_model_engine_vllm(tmp_path):
+    """`agentrl train ... model.engine=vllm`: a GRPO step, a sync, and μ equal to π_old (own process:
+    one vLLM engine per process)."""
+    import json
+    import subprocess
+
+    from agentrl.types import read_jsonl
+
+    root = Path(__file__).resolve().parents[1]
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "agentrl", "train", str(root / "examples" / "arithmetic_ci.yaml"),
+            f"output_dir={run}", "train.steps=1", "eval.num_tasks=4", "model.engine=vllm", "model.num_threads=1",
+            "model.engine_args={dtype: float32, kv_cache_memory_bytes: 134217728}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    assert rows[1]["policy_version"] == 1.0 and rows[1]["train/tokens"] > 0
+    assert rows[1]["mismatch/abs_max"] < LOGPROB_TOL
+    for t in read_jsonl(str(run / "rollouts" / "step_000001.jsonl")):
+        t.check()
+        assert t.policy_version == 0 and len(t.old_logprobs) == len(t.token_ids)

@@ -137,8 +137,8 @@ class VLLMEngine:
     wide). ``dtype=None`` follows ``model``'s parameters (vLLM's "auto" would run an fp32
     checkpoint in bf16/fp16, which the trainer would see as sampler mismatch), else "auto".
     ``enforce_eager=None`` is eager on CPU (no compile wait) and CUDA graphs on GPU.
-    ``llm_kwargs`` go to ``vllm.LLM`` (e.g. ``tensor_parallel_size`` is not supported: weight sync
-    is in-process, one device).
+    ``llm_kwargs`` go to ``vllm.LLM`` (``tensor_parallel_size`` > 1 is refused: weight sync is
+    in-process, one device).
     """
 
     def __init__(self, model_path: str, tokenizer=None, *, model=None, seed: int = 0, dtype: str | None = None,
@@ -152,6 +152,10 @@ class VLLMEngine:
         if self.on_cpu and enable_sleep_mode:
             raise ValueError("enable_sleep_mode needs a GPU (vLLM's CPU backend cannot sleep); "
                              "set it to false on CPU")
+        if llm_kwargs.get("tensor_parallel_size", 1) != 1 or llm_kwargs.get("pipeline_parallel_size", 1) != 1:
+            raise ValueError("VLLMEngine syncs weights in-process, on one device; tensor/pipeline parallel "
+                             "vLLM workers live in other processes. Fix: drop tensor_parallel_size / "
+                             "pipeline_parallel_size (use one GPU per engine)")
         if llm_kwargs.get("logprobs_mode", "processed_logprobs") != "processed_logprobs":
             raise ValueError("VLLMEngine needs logprobs_mode='processed_logprobs' (temperature-scaled "
                              "log-probs of the sampled tokens); do not override it")
