@@ -86,6 +86,16 @@ def test_groups_never_straddle_ranks():
         shard_whole_groups([1, 2], rank=2, world_size=2)
 
 
+def test_fixed_batch_gives_ranks_unequal_micro_batch_counts():
+    """The 2-rank test then runs the padding path (empty micro-batches on the shorter rank)."""
+    from agentrl.batching import plan_micro_batches
+
+    cfg = load_config(None, OVERRIDES)
+    counts = [len(plan_micro_batches([len(t.token_ids) for t in rank_share(fixed_batch(), r, 2)],
+                                     cfg.train.micro_batch_tokens)) for r in range(2)]
+    assert counts[0] != counts[1], counts
+
+
 def test_plan_resolution():
     cpu = resolve_plan(ParallelConfig(), LoRAConfig(), world_size=1, device="cpu")
     assert not cpu.fsdp and cpu.mixed_precision == "fp32" and cpu.plain
@@ -380,6 +390,7 @@ def test_torchrun_cli_lora_then_resume_in_one_process(tmp_path):
     """`torchrun -m agentrl train` with 2 ranks (LoRA, KL to the adapter-off base, gradient
     checkpointing): rank 0 alone writes the run dir, with every rank's rollouts; one plain
     process then resumes the sharded checkpoint."""
+    pytest.importorskip("peft")
     run = tmp_path / "run"
     common = [str(CI_CFG), f"output_dir={run}", "eval.at_start=false", "eval.num_tasks=4", "lora.enabled=true",
               "lora.r=4", "algo.kl_coef=0.05", "parallel.grad_checkpointing=true"]
