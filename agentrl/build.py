@@ -112,7 +112,10 @@ def make_engine(cfg: Config, model, tokenizer, model_path: str, threads: int):
         return HFEngine(model, tokenizer, seed=cfg.seed, num_threads=threads)
     from agentrl.engines.vllm import VLLMEngine
 
-    return VLLMEngine(model_path, tokenizer, seed=cfg.seed, **cfg.model.engine_args)
+    args = dict(cfg.model.engine_args)
+    args.setdefault("max_model_len", cfg.rollout.max_total_tokens)
+    # model=: the sampler follows the trainer's dtype and weights (μ matches π_old)
+    return VLLMEngine(model_path, tokenizer, model=model, seed=cfg.seed, **args)
 
 
 def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | None = None) -> Runtime:
