@@ -117,6 +117,9 @@ def shard(model: nn.Module, plan: ParallelPlan, device: str) -> nn.Module:
 
     if not dist.is_initialized():
         raise RuntimeError("FSDP needs a process group: call agentrl.distributed.init_distributed first")
+    if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
+        raise RuntimeError(f"torch {torch.__version__} lacks FSDP2's sum-reduction switch that agentrl's "
+                           "sharded training relies on; install a newer torch (2.13 is the tested version)")
     mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", (dist.get_world_size(),))
     mp = MixedPrecisionPolicy(param_dtype=plan.compute_dtype, reduce_dtype=torch.float32)
     kw = dict(mesh=mesh, mp_policy=mp, offload_policy=CPUOffloadPolicy() if plan.cpu_offload else OffloadPolicy())
