@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 import os
 import threading
 import time
@@ -357,6 +358,22 @@ def test_site_packages_is_opt_in() -> None:
     code = "import jsonschema; print('ok')"
     assert "ModuleNotFoundError" in LocalExecutor(CFG).run(code).output
     assert LocalExecutor(dataclasses.replace(CFG, site_packages=True)).run(code).output == "ok\n"
+
+
+@pytest.mark.parametrize("level", ["bwrap", "unshare"])
+def test_site_packages_under_tmp_survive_the_private_tmp(level, tmp_path, monkeypatch) -> None:
+    # CI may clone (and build its virtualenv) under /tmp, which the sandbox replaces.
+    if shutil.which(level) is None:
+        pytest.skip(f"{level} not installed")
+    site = tmp_path / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "agentrl_probe_mod.py").write_text("X = 42\n")
+    monkeypatch.syspath_prepend(str(site))
+    cfg = dataclasses.replace(CFG, isolation=level, site_packages=True)
+    assert LocalExecutor(cfg).run("import agentrl_probe_mod; print(agentrl_probe_mod.X)").output == "42\n"
+    hostile = f"open({str(site / 'agentrl_probe_mod.py')!r}, 'a').write('x')"
+    assert "Permission denied" in LocalExecutor(cfg).run(hostile).output or "Read-only" in LocalExecutor(cfg).run(hostile).output
+    assert (site / "agentrl_probe_mod.py").read_text() == "X = 42\n"
 
 
 def test_uid_lease_clears_what_a_crashed_holder_left(tmp_path) -> None:  # noqa: ANN001

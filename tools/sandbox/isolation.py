@@ -189,6 +189,10 @@ class Isolation:
             caps = ["--cap-drop", "ALL"]
         args = [*ns, "--die-with-parent", "--new-session", *caps, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp", "--size", size, "--perms", "1777", "--tmpfs", "/dev/shm"]
+        for path in _under_private_tmp(self.exposed):  # e.g. a virtualenv under /tmp: bind it back
+            for parent in _parents_between("/tmp", path):
+                args += ["--perms", "0755", "--dir", parent]
+            args += ["--ro-bind", path, path]
         for hidden, binds in _hide_plan(self.config.hidden_paths, self.exposed):
             args += ["--tmpfs", hidden]
             for path in binds:
@@ -199,7 +203,15 @@ class Isolation:
 
     def _unshare_argv(self, drop: list[str], python: list[str]) -> list[str]:
         size = self.config.disk_mb << 20
-        lines = ["set -e", f"mount -t tmpfs -o size={size},mode=1777 tmpfs /tmp", f"mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm"]
+        lines = ["set -e", f"mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm"]
+        keep = _under_private_tmp(self.exposed)  # staged on the new /dev/shm while /tmp is replaced
+        for j, path in enumerate(keep):
+            lines += [f"mkdir /dev/shm/.keep{j}", f"mount --bind {shlex.quote(path)} /dev/shm/.keep{j}"]
+        lines.append(f"mount -t tmpfs -o size={size},mode=1777 tmpfs /tmp")
+        for j, path in enumerate(keep):
+            q = shlex.quote(path)
+            lines += [f"mkdir -p {q}", f"mount --bind /dev/shm/.keep{j} {q}", f"umount /dev/shm/.keep{j}",
+                      f"rmdir /dev/shm/.keep{j}", f"mount -o remount,bind,ro {q}" + ("" if self.root else " 2>/dev/null || true")]
         for i, (hidden, binds) in enumerate(_hide_plan(self.config.hidden_paths, self.exposed)):
             stage = [f"/tmp/.stage{i}_{j}" for j in range(len(binds))]
             for path, st in zip(binds, stage):
@@ -237,6 +249,11 @@ def _exposed_paths(site_packages: bool) -> list[str]:
             if real.endswith("site-packages") and os.path.isdir(real) and real not in paths:
                 paths.append(real)
     return paths
+
+
+def _under_private_tmp(exposed: list[str]) -> list[str]:
+    """Exposed paths that the sandbox's private /tmp would hide (a checkout or venv in /tmp)."""
+    return [e for e in exposed if e.startswith("/tmp" + os.sep)]
 
 
 def _hide_plan(hidden: tuple[str, ...], exposed: list[str]) -> list[tuple[str, list[str]]]:
