@@ -7,8 +7,8 @@ run the real python tool, see ``scripted_turns.py``), or whatever the random tin
 (``--policy free``). Each step runs ``Trainer.train_step`` (rollout, tools, rewards,
 advantages, update, rollout JSONL); no eval and no checkpoint. Reported: the median over the
 steps after the first (warm-up) of step / rollout (= generate + tools + other) / update
-seconds, and peak RSS (``ru_maxrss``) of this process and of its children (the tool's
-interpreters).
+seconds, and the peak RSS (``ru_maxrss``) of the training process. Each run is a fresh
+interpreter (as the TRL side is).
 
 ``--compare-trl PYTHON`` then runs ``trl_grpo.py`` with that interpreter (a separate virtualenv
 holding TRL) on the same model, the same rendered prompts (the tasks of the same steps), G,
@@ -23,7 +23,6 @@ trajectory). ``--rounds 2`` repeats the pair (agentrl, then TRL, one after the o
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import re
 import resource
@@ -31,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -58,17 +56,21 @@ class StepTiming:
     sampled_tokens: int
     sequence_tokens: int  # all tokens the update scores (prompt, tool output, template, sampled)
 
+    @property
+    def other_s(self) -> float:
+        return self.rollout_s - self.generate_s - self.tools_s
+
 
 @dataclass
 class AgentrlResult:
     steps: list[StepTiming]
     peak_rss_mb: float
-    children_peak_rss_mb: float
     tool_calls_per_traj: float
     reward_mean: float
     config: dict = field(default_factory=dict)
 
     def median(self, key: str) -> float:
+        """Median over the steps after the first (the warm-up)."""
         return statistics.median(getattr(s, key) for s in self.steps[1:] or self.steps)
 
 
@@ -96,7 +98,7 @@ def build_config(args, out_dir: str) -> Config:
         f"output_dir={out_dir}", f"train.steps={args.steps}", "train.prompts_per_step=8",
         "algo.num_samples=8", f"rollout.max_turns={args.tool_turns + 1}",
         f"rollout.max_new_tokens={args.turn_tokens}", "rollout.max_total_tokens=2048",
-        f"model.num_threads={args.threads}", "eval.at_start=false", "eval.every=0",
+        f"model.num_threads={args.threads}", "eval.at_start=false", "eval.every=0", *args.set,
     ])
 
 
@@ -114,20 +116,9 @@ class _StatsRecorder:
         return batch
 
 
-def _sync_weights_compat(engine) -> None:
-    """Trainer calls ``engine.sync_weights(model)``; an HFEngine whose ``sync_weights`` takes no
-    argument (the engine and trainer were changed apart) gets a shim, so the benchmark runs."""
-    try:
-        inspect.signature(engine.sync_weights).bind(None)
-    except TypeError:
-        inner = engine.sync_weights
-        engine.sync_weights = lambda model=None: inner()
-
-
 def run_agentrl(args, out_dir: str) -> tuple[AgentrlResult, Trainer]:
     cfg = build_config(args, out_dir)
     trainer = Trainer(cfg, log=lambda *_: None)
-    _sync_weights_compat(trainer.engine)
     if args.policy == "scripted":
         script = arithmetic_script(trainer.tokenizer, args.tool_turns, args.turn_tokens)
         trainer.runner.engine = ScriptedTurnsEngine(trainer.engine, script)
@@ -149,8 +140,7 @@ def run_agentrl(args, out_dir: str) -> tuple[AgentrlResult, Trainer]:
               f"tool calls/traj {m['tools/calls_per_traj']:.1f}", flush=True)
     trainer.metrics.close()
     kb_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kb_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return AgentrlResult(steps, kb_self / 1024, kb_children / 1024, statistics.mean(calls),
+    return AgentrlResult(steps, kb_self / 1024, statistics.mean(calls),
                          statistics.mean(rewards)), trainer
 
 
@@ -185,7 +175,6 @@ def trl_spec(args, trainer: Trainer, completion_tokens: int) -> dict:
 
 def run_trl(python: str, spec: dict, work: Path) -> dict:
     spec_path, out_path = work / "trl_spec.json", work / "trl_result.json"
-    spec_path.write_text(json.dumps(spec))
     cmd = [python, str(HERE / "trl_grpo.py"), "--spec", str(spec_path), "--out", str(out_path),
            "--output-dir", str(work / "trl_run")]
     proc = subprocess.run(cmd, text=True, capture_output=True)
@@ -199,7 +188,7 @@ def run_trl(python: str, spec: dict, work: Path) -> dict:
 
 def print_agentrl(res: AgentrlResult, args) -> None:
     med = res.median
-    other = med("rollout_s") - med("generate_s") - med("tools_s")
+    other = med("other_s")
     print(f"agentrl: median of {max(1, len(res.steps) - 1)} steps after a warm-up, {args.policy} policy, "
           f"torch threads {args.threads}")
     print(f"  {'step s':>7} {'rollout s':>10} {'generate s':>11} {'tools s':>8} {'other s':>8} {'update s':>9} "
@@ -207,8 +196,23 @@ def print_agentrl(res: AgentrlResult, args) -> None:
     print(f"  {med('step_s'):>7.2f} {med('rollout_s'):>10.2f} {med('generate_s'):>11.2f} {med('tools_s'):>8.2f} "
           f"{other:>8.2f} {med('update_s'):>9.2f} {med('sampled_tokens'):>12.0f} {med('sequence_tokens'):>8.0f} "
           f"{res.peak_rss_mb:>12.0f}")
-    print(f"  tool calls per trajectory {res.tool_calls_per_traj:.2f}; reward mean {res.reward_mean:.2f}; "
-          f"tool subprocesses peak RSS {res.children_peak_rss_mb:.0f} MB")
+    print(f"  tool calls per trajectory {res.tool_calls_per_traj:.2f}; reward mean {res.reward_mean:.2f}")
+
+
+def agentrl_side(args, work: Path) -> None:
+    """One agentrl run in this (fresh) process; writes its figures and the TRL spec to ``work``."""
+    res, trainer = run_agentrl(args, str(work / "run"))
+    per_traj = round(res.median("sampled_tokens") / (trainer.cfg.train.prompts_per_step * trainer.cfg.algo.num_samples))
+    (work / "agentrl.json").write_text(json.dumps(asdict(res)))
+    (work / "trl_spec.json").write_text(json.dumps(trl_spec(args, trainer, per_traj)))
+
+
+def run_agentrl_process(argv: list[str], work: Path) -> AgentrlResult:
+    """A fresh interpreter per run, like TRL's, so peak RSS and warm-up are measured alike."""
+    subprocess.run([sys.executable, __file__, *argv, "--side-agentrl", str(work)], check=True)
+    d = json.loads((work / "agentrl.json").read_text())
+    d["steps"] = [StepTiming(**s) for s in d["steps"]]
+    return AgentrlResult(**d)
 
 
 def main() -> None:
@@ -217,36 +221,42 @@ def main() -> None:
     ap.add_argument("--policy", choices=["scripted", "free"], default="scripted")
     ap.add_argument("--tool-turns", type=int, default=3)
     ap.add_argument("--turn-tokens", type=int, default=40, help="rollout.max_new_tokens (sampled per turn when scripted)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads, both sides")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra agentrl config override, e.g. --set train.micro_batch_tokens=40000")
     ap.add_argument("--compare-trl", metavar="PYTHON", help="interpreter of a virtualenv with TRL installed")
     ap.add_argument("--trl-batch", type=int, default=64, help="TRL per_device_train_batch_size (64 = no accumulation)")
     ap.add_argument("--rounds", type=int, default=1, help="repeat the agentrl (+ TRL) measurement")
     ap.add_argument("--json", help="write all figures to this file")
+    ap.add_argument("--side-agentrl", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.side_agentrl:
+        agentrl_side(args, Path(args.side_agentrl))
+        return
+    argv = [a for a in sys.argv[1:]]
 
     report = {"args": vars(args), "rounds": []}
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", flush=True)
         with tempfile.TemporaryDirectory(prefix="agentrl-bench-") as tmp:
-            res, trainer = run_agentrl(args, str(Path(tmp) / "run"))
+            res = run_agentrl_process(argv, Path(tmp))
             print_agentrl(res, args)
             entry = {"agentrl": asdict(res)}
             if args.compare_trl:
-                per_traj = round(res.median("sampled_tokens") / (8 * trainer.cfg.algo.num_samples))
-                spec = trl_spec(args, trainer, per_traj)
-                del trainer  # free the model before TRL starts
+                spec = json.loads((Path(tmp) / "trl_spec.json").read_text())
                 trl = run_trl(args.compare_trl, spec, Path(tmp))
                 ratio = trl["median_step_s"] / res.median("step_s")
-                print(f"TRL {trl['trl_version']} (transformers {trl['transformers_version']}): median step "
-                      f"{trl['median_step_s']:.2f} s (generate {trl['median_generate_s']:.2f}, rest "
-                      f"{trl['median_step_s'] - trl['median_generate_s']:.2f}), {trl['sampled_tokens_per_step']} "
-                      f"sampled tokens/step, peak RSS {trl['peak_rss_mb']:.0f} MB")
+                print(f"TRL {trl['trl_version']} (transformers {trl['transformers_version']}), torch threads "
+                      f"{trl['threads']}: median step {trl['median_step_s']:.2f} s (generate "
+                      f"{trl['median_generate_s']:.2f}, rest {trl['median_step_s'] - trl['median_generate_s']:.2f}), "
+                      f"{trl['sampled_tokens_per_step']:.0f} sampled tokens/step "
+                      f"({spec['completion_tokens']} per completion), peak RSS {trl['peak_rss_mb']:.0f} MB, "
+                      f"prompt {trl['prompt_tokens_mean']:.0f} tokens (agentrl {trl['agentrl_prompt_tokens_mean']:.0f})")
                 print(f"speed-up agentrl vs TRL per step: {ratio:.2f}x (goal >= 2); "
-                      f"excluding agentrl's tool time: {trl['median_step_s'] / (res.median('step_s') - res.median('tools_s')):.2f}x",
+                      f"agentrl less its tool time: {trl['median_step_s'] / (res.median('step_s') - res.median('tools_s')):.2f}x",
                       flush=True)
                 entry.update(trl=trl, speedup=ratio)
             report["rounds"].append(entry)
-        time.sleep(0)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
 

@@ -67,8 +67,10 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     tok = AutoTokenizer.from_pretrained(spec["model_dir"], padding_side="left")
-    same = sum(tok(p, add_special_tokens=True)["input_ids"] == ids
-               for p, ids in zip(spec["prompts"], spec["prompt_ids"]))
+    # agentrl encodes message text literally (the system prompt's "<answer>" stays plain text);
+    # TRL's tokenizer call turns it into the added tag token: a few tokens shorter.
+    trl_lens = [len(tok(p, add_special_tokens=True)["input_ids"]) for p in spec["prompts"]]
+    agentrl_lens = [len(ids) for ids in spec["prompt_ids"]]
     n_prompts = spec["prompts_per_step"] * spec["steps"]
     data = Dataset.from_dict({"prompt": spec["prompts"][:n_prompts], "answer": spec["answers"][:n_prompts]})
     G, L = spec["num_generations"], spec["completion_tokens"]
@@ -143,7 +145,8 @@ def main() -> None:
         "torch_version": torch.__version__, "threads": torch.get_num_threads(),
         "step_s": step_s, "generate_s": gen_s, "total_s": total,
         "median_step_s": statistics.median(step_s[timed]), "median_generate_s": statistics.median(gen_s[timed]),
-        "sampled_tokens_per_step": statistics.median(sampled), "prompts_tokenized_identically": f"{same}/{len(spec['prompts'])}",
+        "sampled_tokens_per_step": statistics.median(sampled),
+        "prompt_tokens_mean": statistics.mean(trl_lens), "agentrl_prompt_tokens_mean": statistics.mean(agentrl_lens),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "config": {k: getattr(config, k) for k in (
             "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "generation_batch_size",
