@@ -30,6 +30,7 @@ EXPECTED = {
     # assistant turns with tool calls have content "" (this template rejects content + calls).
     "mistralai-mistral-common-v3_spm.jinja": (True, "", ""),
     "hermes": (True, "", ""),
+    "hermes_compact": (True, "", ""),
     "qwen3_training": (True, "", ""),
 }
 
@@ -41,7 +42,7 @@ def qwen25():
 
 
 def test_every_fixture_template_is_listed():
-    assert {p.name for p in TEMPLATES.glob("*.jinja")} | {"hermes", "qwen3_training"} == set(EXPECTED)
+    assert {p.name for p in TEMPLATES.glob("*.jinja")} | {"hermes", "hermes_compact", "qwen3_training"} == set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -126,7 +126,7 @@ def test_special_and_tag_token_ids(tokenizer):
     assert tokenizer.decode(mixed, skip_special_tokens=True) == "a<tool_call>b</tool_call><answer>4</answer>"
 
 
-def test_chat_template_is_the_hermes_template(tiny_dir, tokenizer):
+def test_chat_template_is_the_compact_hermes_template(tiny_dir, tokenizer):
     assert tokenizer.chat_template == default_chat_template()
     assert (tiny_dir / "chat_template.jinja").read_text() == default_chat_template()
     messages = [{"role": "user", "content": "add 2 and 3"},

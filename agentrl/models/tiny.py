@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 
 # Bump when the builder's output changes, so cached builds from older code are not reused.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2  # 2: compact tool listing in the chat template
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
@@ -35,8 +35,9 @@ TAG_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response
 
 
 def default_chat_template() -> str:
-    """The compact Hermes/Qwen2.5 tool template shipped in ``agentrl.templates``."""
-    return resources.files("agentrl.templates").joinpath("hermes.jinja").read_text(encoding="utf-8")
+    """The compact Hermes/Qwen2.5 tool template shipped in ``agentrl.templates``
+    (``hermes_compact.jinja``: tools listed as one-line signatures, short prompts)."""
+    return resources.files("agentrl.templates").joinpath("hermes_compact.jinja").read_text(encoding="utf-8")
 
 
 _WORDS = (
