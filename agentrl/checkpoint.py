@@ -74,6 +74,12 @@ def save_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, optimize
         tmp / "state.pt",
     )
     (tmp / "config.yaml").write_text(config_yaml)
+    publish_checkpoint(run_dir, tmp, final, keep)
+    return final
+
+
+def publish_checkpoint(run_dir: Path, tmp: Path, final: Path, keep: int) -> None:
+    """Rename a complete checkpoint directory into place, then prune all but the last ``keep``."""
     _fsync_dir(tmp)
     if final.exists():
         shutil.rmtree(final)
@@ -81,7 +87,6 @@ def save_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, optimize
     _fsync_dir(final.parent)
     for _, old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def load_checkpoint_state(ckpt: Path, optimizer, scheduler) -> TrainState:

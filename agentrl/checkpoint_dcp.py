@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import warnings
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.checkpoint import TrainState, _fsync_dir, checkpoint_dir, list_checkpoints
+from agentrl.checkpoint import TrainState, _fsync_dir, checkpoint_dir, publish_checkpoint
 from agentrl.distributed import barrier, gather_to_main, get_rank, get_world_size, is_initialized
 from agentrl.weight_sync import export_weights
 
@@ -114,14 +113,9 @@ def save_sharded_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, 
                     "scheduler": scheduler.state_dict(), "rng": rngs, "world_size": get_world_size(),
                     "lora": lora}, tmp / "state.pt")
         (tmp / "config.yaml").write_text(config_yaml)
-        for d in (tmp / "dcp", tmp / "model", tmp):
+        for d in (tmp / "dcp", tmp / "model"):
             _fsync_dir(d)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
-        for _, old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        publish_checkpoint(run_dir, tmp, final, keep)
     barrier()
     return final
 

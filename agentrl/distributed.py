@@ -68,7 +68,6 @@ def init_distributed(device: str = "cpu", *, single_rank_group: bool = False,
     (FSDP2 needs one, e.g. for bf16 mixed precision or CPU offload on a single GPU).
     """
     world = _env_int("WORLD_SIZE", 1)
-    rank = _env_int("RANK", 0)
     local = _env_int("LOCAL_RANK", 0)
     on_cuda = device.startswith("cuda")
     if on_cuda and torch.cuda.is_available():
