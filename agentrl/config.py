@@ -94,6 +94,9 @@ class TrainConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     log_rollouts: bool = True
+    # Asynchronous rollouts (docs/async.md): a rollout thread samples up to this many optimizer
+    # steps ahead of the trainer; 0 = the synchronous loop (sample, then update, in turn).
+    max_staleness: int = 0
 
 
 @dataclass
