@@ -44,6 +44,7 @@ class UpdateStats:
     mismatch_mean: float = 0.0  # mean |log π_old - log μ| over masked tokens
     mismatch_max: float = 0.0
     is_weight_mean: float = 1.0
+    is_weight_max: float = 1.0
     is_trunc_frac: float = 0.0
     trained_attempts: int = 0
     trained_tokens: int = 0
@@ -119,6 +120,7 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
                 ref[b] = score_tokens(ref_model, mb, temperature)[0]
 
     ent_sum = clip_sum = kl_sum = 0.0
+    isw_max = 0.0
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
         loss_sum = pg_sum = 0.0
@@ -154,6 +156,7 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
                 if isw is not None:
                     stats.is_weight_mean += float((isw * m).sum())
                     stats.is_trunc_frac += float(((isw >= algo.is_cap - 1e-6).float() * m).sum())
+                    isw_max = max(isw_max, float((isw * m).max()))
         gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
         optimizer.step()
         scheduler.step()
@@ -173,6 +176,7 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     if algo.is_level != "none":
         stats.is_weight_mean = isw_sum / total_tokens
         stats.is_trunc_frac = trunc_sum / total_tokens
+        stats.is_weight_max = max_floats([isw_max])[0]
     for b, mb in enumerate(batches):
         o = (old[b] * mb.loss_mask).tolist()
         for r, i in enumerate(mb.indices):
