@@ -12,10 +12,16 @@ Example (one process, LoRA policy, plain sampler copy)::
 
     sync = WeightSync(engine, sampler=plain_copy, shared=False)
     sync(peft_policy)            # plain_copy now computes what peft_policy computes
+
+With asynchronous rollouts (``train.max_staleness > 0``, docs/async.md) the sampler generates
+while the trainer updates, so it reads neither the trainer's tensors nor a copy the trainer
+writes to: ``WeightSlots`` keeps two copies and hands the sampler the newest complete one.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import torch
@@ -86,6 +92,28 @@ def export_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     yield from walk(root, "")
 
 
+@torch.no_grad()
+def copy_weights(model: nn.Module, dst: nn.Module) -> int:
+    """Copy the full (LoRA-merged, FSDP-gathered) parameters of ``model`` into the plain ``dst``.
+
+    Every parameter of ``dst`` must be written once; returns how many were.
+
+    >>> src, dst = nn.Linear(2, 1), nn.Linear(2, 1)
+    >>> copy_weights(src, dst), torch.equal(src.weight, dst.weight)
+    (2, True)
+    """
+    params = dict(dst.named_parameters())
+    copied = 0
+    for name, t in export_weights(model):
+        if name not in params:
+            raise KeyError(f"the sampler copy has no parameter '{name}' (did the policy's structure change?)")
+        params[name].copy_(t)
+        copied += 1
+    if copied != len(params):
+        raise RuntimeError(f"weight sync copied {copied} of the sampler's {len(params)} parameters")
+    return copied
+
+
 class NamedWeights:
     """A stream of ``(name, tensor)`` dressed as a module for engines whose ``sync_weights``
     reads ``model.named_parameters()`` (e.g. vLLM). Consumable once."""
@@ -121,13 +149,62 @@ class WeightSync:
         if self.sampler is None:
             self.engine.sync_weights(NamedWeights(export_weights(model)))
             return
-        params = dict(self.sampler.named_parameters())
-        copied = 0
-        for name, t in export_weights(model):
-            if name not in params:
-                raise KeyError(f"the sampler copy has no parameter '{name}' (did the policy's structure change?)")
-            params[name].copy_(t)
-            copied += 1
-        if copied != len(params):
-            raise RuntimeError(f"weight sync copied {copied} of the sampler's {len(params)} parameters")
+        copy_weights(model, self.sampler)
         self.engine.sync_weights(self.sampler)
+
+
+class WeightSlots:
+    """Two full-weight copies of the policy, for a sampler that runs while the trainer updates.
+
+    The sampler generates from one slot (the one it ``acquire``-d last) while ``publish`` writes
+    the trainer's new weights into the other, so the tensors a generation reads never change
+    under it. A lock is held only for the copy (``publish``) and for the swap (``acquire``): the
+    sampler waits at most one copy for new weights, the trainer at most one swap. Neither slot
+    shares storage with the trainer's parameters.
+
+    >>> policy = nn.Linear(2, 1)
+    >>> slots = WeightSlots(nn.Linear(2, 1), nn.Linear(2, 1), policy, version=0)
+    >>> sampler, v = slots.acquire()            # the sampler takes version 0
+    >>> with torch.no_grad():
+    ...     _ = policy.weight.add_(1.0)         # an optimizer step
+    >>> _ = slots.publish(policy, version=1)    # written into the other slot
+    >>> new, v = slots.acquire()
+    >>> v, new is not sampler, torch.equal(new.weight, policy.weight)
+    (1, True, True)
+    """
+
+    def __init__(self, first: nn.Module, second: nn.Module, model: nn.Module, *, version: int):
+        if first is second:
+            raise ValueError("WeightSlots needs two distinct modules (the sampler reads one while the other is written)")
+        self._slots = [first.requires_grad_(False).eval(), second.requires_grad_(False).eval()]
+        self._lock = threading.Lock()
+        for slot in self._slots:
+            copy_weights(model, slot)
+        self._versions = [version, version]
+        self._latest = 0  # the newest complete copy
+        self._in_use = 0  # the slot the sampler reads; publish never writes it
+
+    @property
+    def version(self) -> int:
+        """The policy version of the newest published weights."""
+        return self._versions[self._latest]
+
+    @property
+    def slots(self) -> tuple[nn.Module, nn.Module]:
+        return self._slots[0], self._slots[1]
+
+    def publish(self, model: nn.Module, version: int) -> float:
+        """Copy ``model``'s weights into the slot the sampler is not reading; returns seconds taken."""
+        t0 = time.perf_counter()
+        with self._lock:
+            target = 1 - self._in_use
+            copy_weights(model, self._slots[target])
+            self._versions[target] = version
+            self._latest = target
+        return time.perf_counter() - t0
+
+    def acquire(self) -> tuple[nn.Module, int]:
+        """The newest weights and their version; that slot is the sampler's until the next call."""
+        with self._lock:
+            self._in_use = self._latest
+            return self._slots[self._in_use], self._versions[self._in_use]
