@@ -37,14 +37,16 @@ from agentrl.types import Message, Task, ToolCall
 if TYPE_CHECKING:
     from agentrl.tool import Tool
 
-# Products and mixed expressions of 2- to 4-digit numbers: 5- to 7-digit results, far beyond
-# what a ~1M-parameter model computes in its head, trivial for one line of Python.
+# Products and mixed expressions with 3- to 8-digit results: far beyond what a ~1M-parameter
+# model computes in its head, trivial for one line of Python. Every default pattern is 9
+# characters (9 tokens with the digit-level tiny tokenizer), so copying the expression into
+# the code is the same positional shift in every family (see ``answer_width``).
 DEFAULT_FAMILIES: dict[str, str] = {
-    "mul_3x2": "{3}*{2}",
-    "mul_4x3": "{4}*{3}",
-    "mul_add": "{3}*{3}+{4}",
-    "add_mul": "({3}+{3})*{2}",
-    "mul_sub": "{3}*{3}-{2}*{3}",
+    "mul_5x3": "{5}*{3}",
+    "mul_4x4": "{4}*{4}",
+    "mul_add": "{2}*{3}+{2}",
+    "add_mul": "({2}+{1})*{2}",
+    "mul_sub": "{3}*{2}-{2}",
 }
 
 SYSTEM_PROMPT = "Compute with the python tool, then reply <answer>N</answer>."
@@ -123,13 +125,20 @@ class ArithmeticEnv:
         use_tool: False gives the control condition: no tools offered, a system prompt
             that does not mention one.
         tool_timeout: seconds per python call.
+        answer_width: demonstrations print the result zero-padded to this many digits
+            (``print(str(x).zfill(8))``) and copy it as is (``<answer>00045408</answer>``,
+            which the checker reads as 45408). Why: a ~1M-parameter model learns to copy
+            a number in ~100 SFT steps when source and copy are always the same distance
+            apart, but needs thousands when the distance varies with the number's
+            length. None prints plainly. Only the demonstrations use it; the checker
+            accepts any formatting of the right integer.
     """
 
     name = "arithmetic"
 
     def __init__(self, seed: int = 0, num_train: int = 5000, num_test: int = 200,
                  families: dict[str, str] | None = None, use_tool: bool = True,
-                 tool_timeout: float = 10.0):
+                 tool_timeout: float = 10.0, answer_width: int | None = 8):
         self.families = dict(families if families is not None else DEFAULT_FAMILIES)
         if not self.families:
             raise ValueError("families is empty; pass at least one, e.g. {'mul_4x3': '{4}*{3}'}")
@@ -142,6 +151,9 @@ class ArithmeticEnv:
         self.seed = seed
         self.use_tool = use_tool
         self.tool_timeout = tool_timeout
+        if answer_width is not None and answer_width < 1:
+            raise ValueError(f"answer_width={answer_width}; use a positive width or None")
+        self.answer_width = answer_width
         self.system_prompt = SYSTEM_PROMPT if use_tool else SYSTEM_PROMPT_NO_TOOL
         test = self._draw(num_test, random.Random(f"arith-test-{seed}"), exclude=set())
         train = self._draw(num_train, random.Random(f"arith-train-{seed}"),
@@ -179,8 +191,9 @@ class ArithmeticEnv:
     def demonstrations(self, n: int, seed: int) -> list[list[Message]]:
         """``n`` correct conversations in the exact shape a rollout produces.
 
-        system, user, assistant calling ``python(code="print(<expr>)")``, the tool's
-        stdout, assistant ``<answer>N</answer>``. Drawn from the train split only (never
+        system, user, assistant calling ``python(code="print(str(<expr>).zfill(8))")``
+        (``print(<expr>)`` when ``answer_width`` is None), the tool's exact stdout,
+        assistant ``<answer>N</answer>`` with N copied from it. Drawn from the train split only (never
         a test expression), cycling through the families.
 
         >>> env = ArithmeticEnv(seed=0, num_train=10, num_test=5)
@@ -204,13 +217,15 @@ class ArithmeticEnv:
         """The ideal conversation for one task (tool call, exact stdout, copied answer)."""
         expr = task.metadata["expression"]
         head = [Message("system", self.system_prompt), Message("user", task.prompt)]
+        shown = task.answer if self.answer_width is None else task.answer.zfill(self.answer_width)
         if not self.use_tool:
-            return [*head, Message("assistant", f"<answer>{task.answer}</answer>")]
-        call = ToolCall(name="python", arguments={"code": f"print({expr})"})
+            return [*head, Message("assistant", f"<answer>{shown}</answer>")]
+        code = f"print({expr})" if self.answer_width is None else f"print(str({expr}).zfill({self.answer_width}))"
+        call = ToolCall(name="python", arguments={"code": code})
         return [*head,
                 Message("assistant", "", tool_calls=[call]),
-                Message("tool", f"{task.answer}\n", name="python"),
-                Message("assistant", f"<answer>{task.answer}</answer>")]
+                Message("tool", f"{shown}\n", name="python"),
+                Message("assistant", f"<answer>{shown}</answer>")]
 
     # -- generation ----------------------------------------------------------------------
 

@@ -147,6 +147,34 @@ def test_demonstrations_are_correct_train_only_and_cover_families():
         assert d[1].content not in test_prompts
         families.add(task.family)
         code = d[2].tool_calls[0].arguments["code"]
-        assert d[2].tool_calls[0].name == "python" and code == f"print({task.metadata['expression']})"
-        assert env.score(task, d).reward == 1.0
+        assert d[2].tool_calls[0].name == "python"
+        assert code == f"print(str({task.metadata['expression']}).zfill(8))"
+        assert d[3].content == task.answer.zfill(8) + "\n" and d[4].content == f"<answer>{task.answer.zfill(8)}</answer>"
+        assert env.score(task, d).reward == 1.0  # leading zeros still denote the right integer
     assert families == set(DEFAULT_FAMILIES)
+
+
+def test_default_families_have_one_width_so_copying_is_one_shift():
+    env = ArithmeticEnv(seed=0, num_train=100, num_test=50)
+    widths = {len(t.metadata["expression"]) for t in env.tasks("train") + env.tasks("test")}
+    assert widths == {9}
+    assert max(len(t.answer) for t in env.tasks("train")) <= env.answer_width
+
+
+def test_plain_answer_width_and_real_tool_output_match_the_demonstration():
+    import asyncio
+
+    from agentrl.tool import ToolBox
+
+    for width in (None, 8):
+        env = ArithmeticEnv(seed=0, num_train=20, num_test=5, answer_width=width)
+        demo = env.demonstrations(1, seed=0)[0]
+        box = ToolBox(env.tools())
+        ctx = box.new_context("t")
+        call = demo[2].tool_calls[0]
+        out = asyncio.run(box.execute(call.name, call.arguments, ctx))
+        asyncio.run(box.close(ctx))
+        assert out.error is None and out.content == demo[3].content  # the demo shows the real stdout
+    assert demo[2].tool_calls[0].arguments["code"] == f"print(str({demo[1].content[:-2]}).zfill(8))"
+    with pytest.raises(ValueError, match="answer_width"):
+        ArithmeticEnv(answer_width=0)

@@ -1,0 +1,449 @@
+"""Offline warm start: supervised fine-tuning on an environment's demonstrations, cached.
+
+A randomly initialised model cannot discover a tool-call format by chance in minutes, so
+before RL the model is fine-tuned on synthetic conversations (question -> tool call -> tool
+result -> answer) that the environment writes (``env.demonstrations(n, seed)``).
+
+What the warm start teaches:
+  * the turn and tool-call format (``<tool_call>{"name": "python", ...}</tool_call>``),
+  * writing the question's expression into the code, and copying the tool's printed
+    result into ``<answer>...</answer>`` (on the demonstrations that use the tool).
+
+What it deliberately does not teach: *that the tool should be used*. A share
+``corruption`` of the demonstrations skips the tool and answers with a wrong guess
+(``corruption_kind="guess"``: the true answer with about half its characters changed; the
+model cannot compute it in its head, so it learns to guess a number of the right shape).
+After SFT the model calls the tool on roughly ``1 - corruption`` of its samples, on every
+task family, and answers correctly when it does; greedy decoding follows the majority habit
+(guessing), so greedy accuracy starts low. Every family keeps a success probability of
+about ``1 - corruption`` at temperature 1, so GRPO gets a signal on every family and what
+it adds is measurable: learning to rely on the tool. ``corruption_kind="miscopy"`` instead
+keeps the tool call and copies its result with one character changed (an imperfect
+copying habit).
+
+Sequences are tokenized the way the rollout builds them (prompt from
+``ChatTemplate.encode_prompt``, each assistant turn from the template's rendering, the
+rest from ``ChatTemplate.continuation``); the loss covers only assistant-written tokens
+(``loss_mask == 1``, the rollout's convention), i.e. the tokens the policy will generate.
+
+The result is an ordinary Hugging Face directory under
+``<cache>/warmstart-<hash of base weights, demonstrations, tools and hyperparameters>``,
+written atomically and reused when present, so the SFT runs once per machine.
+
+Example::
+
+    from agentrl.envs.arithmetic import ArithmeticEnv
+    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.warmstart import warm_start
+
+    path = warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0), num_demos=2000, steps=300)
+    assert warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0), num_demos=2000, steps=300) == path
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from agentrl.types import Message
+
+if TYPE_CHECKING:
+    from agentrl.chat import ChatTemplate
+    from agentrl.env import Environment
+
+# Bump when the SFT procedure changes, so cached results of older code are not reused.
+WARMSTART_VERSION = 1
+
+CorruptionKind = Literal["guess", "miscopy"]
+CORRUPTION_KINDS: tuple[str, ...] = ("guess", "miscopy")
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """Hyperparameters of the warm start; every field is part of the cache key."""
+
+    num_demos: int = 2000
+    steps: int = 500
+    lr: float = 2e-3
+    batch_size: int = 16
+    warmup_steps: int = 20
+    corruption: float = 0.6  # share of demonstrations made deliberately wrong
+    corruption_kind: str = "guess"
+    clean_steps: int = 250  # first steps train on the correct demonstrations only
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.corruption_kind not in CORRUPTION_KINDS:
+            raise ValueError(f"corruption_kind={self.corruption_kind!r}; use one of {', '.join(CORRUPTION_KINDS)}")
+        if not 0.0 <= self.corruption <= 1.0:
+            raise ValueError(f"corruption={self.corruption} must be in [0, 1]")
+        if self.num_demos < 1 or self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.clean_steps < 0:
+            raise ValueError("warm start needs num_demos >= 1, steps >= 0, clean_steps >= 0, batch_size >= 1, lr > 0")
+        if self.corruption == 1.0 and self.clean_steps > 0:
+            raise ValueError("corruption=1.0 leaves no correct demonstrations for clean_steps; set clean_steps=0")
+
+
+@dataclass
+class Demonstration:
+    """One conversation for the warm start; ``corrupted`` marks a deliberately wrong one."""
+
+    messages: list[Message]
+    corrupted: bool = False
+
+
+@dataclass
+class EncodedDemo:
+    """One demonstration as the rollout would build it; ``loss_mask`` 1 on assistant tokens."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    corrupted: bool = False
+
+
+# -- deliberate imperfection --------------------------------------------------------------
+
+
+def corrupt_text(text: str, rng: random.Random, changes: int) -> str:
+    """Change ``changes`` distinct characters: digits to other digits, letters to letters.
+
+    >>> corrupt_text("12345", random.Random(0), 1) != "12345"
+    True
+    """
+    positions = [i for i, ch in enumerate(text) if ch.isdigit() or ch.isalpha()]
+    if not positions:
+        return text + "0"  # nothing to alter: appending still makes it wrong
+    chars = list(text)
+    for i in rng.sample(positions, min(changes, len(positions))):
+        pool = "0123456789" if chars[i].isdigit() else "abcdefghijklmnopqrstuvwxyz"
+        chars[i] = rng.choice([c for c in pool if c != chars[i].lower()])
+    return "".join(chars)
+
+
+def _replace_answer(content: str, rng: random.Random, fraction: float) -> str:
+    start, end = content.rfind("<answer>"), content.rfind("</answer>")
+    if start < 0 or end < start:
+        return content + "<answer>?</answer>"
+    inner = content[start + len("<answer>"):end]
+    changes = max(1, round(fraction * sum(ch.isalnum() for ch in inner)))
+    return content[:start + len("<answer>")] + corrupt_text(inner, rng, changes) + content[end:]
+
+
+def corrupt_demonstration(messages: list[Message], kind: str, rng: random.Random) -> list[Message]:
+    """A deliberately wrong version of a demonstration (the original is not modified).
+
+    ``guess``: drop every tool call and result; the final answer keeps its shape with about
+    half its characters changed. ``miscopy``: keep the tool use; one character of the
+    final answer changed.
+
+    >>> demo = [Message("user", "2*3=?"), Message("assistant", "<answer>6</answer>")]
+    >>> corrupt_demonstration(demo, "miscopy", random.Random(0))[-1].content != "<answer>6</answer>"
+    True
+    """
+    if kind not in CORRUPTION_KINDS:
+        raise ValueError(f"corruption kind {kind!r}; use one of {', '.join(CORRUPTION_KINDS)}")
+    last = messages[-1]
+    if last.role != "assistant":
+        raise ValueError("a demonstration must end with an assistant turn holding the answer")
+    if kind == "guess":
+        head = [m for m in messages if m.role in ("system", "user")]
+        return [*head, Message("assistant", _replace_answer(last.content, rng, 0.5))]
+    return [*messages[:-1], Message("assistant", _replace_answer(last.content, rng, 0.0))]
+
+
+def make_demonstrations(env: "Environment", settings: SFTSettings) -> list[Demonstration]:
+    """The environment's demonstrations with a share ``settings.corruption`` made wrong.
+
+    Exactly ``round(corruption * num_demos)`` demonstrations are corrupted, chosen at random
+    (seeded), so every task family gets its share of wrong ones.
+    """
+    settings.check()
+    demos = env.demonstrations(settings.num_demos, seed=settings.seed)  # type: ignore[attr-defined]
+    rng = random.Random(f"warmstart-corrupt-{settings.seed}")
+    bad = set(rng.sample(range(len(demos)), round(settings.corruption * len(demos))))
+    return [Demonstration(corrupt_demonstration(d, settings.corruption_kind, rng), True) if i in bad
+            else Demonstration(d) for i, d in enumerate(demos)]
+
+
+# -- tokenization, as the rollout does it --------------------------------------------------
+
+
+def encode_demonstration(chat: "ChatTemplate", messages: list[Message], tools: list[dict] | None,
+                         corrupted: bool = False) -> EncodedDemo:
+    """Ids and loss mask of a finished conversation, built as a rollout would build it.
+
+    The leading system/user messages go through ``chat.encode_prompt``; each assistant
+    turn is the template's rendering of that message after the generation prompt, up to
+    and including the end-of-turn token (what a sampler emits; mask 1); the messages
+    between assistant turns come from ``chat.continuation`` (mask 0).
+    """
+    first = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
+    if first is None or first == 0:
+        raise ValueError("a demonstration needs a prompt (system/user) followed by an assistant turn")
+    history = list(messages[:first])
+    ids = chat.encode_prompt(history, tools)
+    mask = [0] * len(ids)
+    i = first
+    while i < len(messages):
+        m = messages[i]
+        if m.role == "assistant":
+            before = chat.render(history, tools, add_generation_prompt=True)
+            after = chat.render(history + [m], tools)
+            if not after.startswith(before):
+                raise ValueError("the chat template renders an assistant turn that does not extend the "
+                                 "generation prompt; use a prefix-preserving template (agentrl check-template)")
+            text = after[len(before):]
+            end = text.find(chat.turn_end)
+            turn = chat.encode_template(text[: end + len(chat.turn_end)] if end >= 0 else text)
+            ids += turn
+            mask += [1] * len(turn)
+            history.append(m)
+            i += 1
+            continue
+        j = i
+        while j < len(messages) and messages[j].role != "assistant":
+            j += 1
+        for seg in chat.continuation(history, messages[i:j], tools, ended_with_turn_end=True):
+            ids += seg.token_ids
+            mask += [0] * len(seg.token_ids)
+        history += messages[i:j]
+        i = j
+    return EncodedDemo(ids, mask, corrupted)
+
+
+# -- supervised fine-tuning -----------------------------------------------------------------
+
+
+def masked_lm_loss(logits, input_ids, loss_mask):
+    """Mean next-token cross-entropy over positions whose *target* has ``loss_mask == 1``.
+
+        L = - sum_t m[t+1] log p(x[t+1] | x[<=t]) / sum_t m[t+1]
+
+    >>> import torch
+    >>> logits = torch.zeros(1, 3, 4)
+    >>> round(masked_lm_loss(logits, torch.tensor([[0, 1, 2]]), torch.tensor([[0, 0, 1]])).item(), 4)
+    1.3863
+    """
+    import torch.nn.functional as F
+
+    targets = input_ids[:, 1:]
+    m = loss_mask[:, 1:].to(logits.dtype)
+    nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                          reduction="none").view_as(m)
+    return (nll * m).sum() / m.sum().clamp(min=1.0)
+
+
+def _sft_loss(model, ids, attn, mask):
+    """``masked_lm_loss`` with the LM head applied only where a target is trained: most of a
+    demonstration is prompt and tool text, so this skips most of the head's work."""
+    import torch.nn.functional as F
+
+    body = getattr(model, "model", None)
+    head = getattr(model, "lm_head", None)
+    if body is None or head is None:  # an unusual architecture: plain full-logits path
+        return masked_lm_loss(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
+    hidden = body(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
+    where = mask[:, 1:].bool()
+    logits = head(hidden[where]).float()
+    return F.cross_entropy(logits, ids[:, 1:][where])
+
+
+def shared_prefix_len(batch: list[EncodedDemo]) -> int:
+    """Tokens every sequence of the batch starts with, ending before the first trained target.
+
+    The prefix's last position must not predict a trained token (its logits are not computed
+    in the shared pass), hence the cut one token before the earliest ``loss_mask == 1``.
+
+    >>> shared_prefix_len([EncodedDemo([5, 6, 7, 8], [0, 0, 1, 1]), EncodedDemo([5, 6, 9], [0, 0, 1])])
+    1
+    """
+    first = batch[0].token_ids
+    n = min(len(e.token_ids) for e in batch)
+    for e in batch[1:]:
+        k = 0
+        while k < n and e.token_ids[k] == first[k]:
+            k += 1
+        n = k
+    earliest = min((e.loss_mask.index(1) if 1 in e.loss_mask else len(e.loss_mask)) for e in batch)
+    return max(0, min(n, earliest - 1))
+
+
+def batch_loss(model, batch: list[EncodedDemo], pad_id: int, min_shared: int = 32):
+    """Masked SFT loss of a batch; a prefix common to every sequence (the system prompt and
+    tool list) is run once and its KV cache shared by the batch, exactly (same loss and
+    gradient as the padded full forward up to float rounding), which makes a step ~3x
+    cheaper for the arithmetic demonstrations."""
+    import torch
+    import torch.nn.functional as F
+
+    def padded(seqs: list[list[int]], fill: int):
+        width = max(len(x) for x in seqs)
+        return torch.tensor([x + [fill] * (width - len(x)) for x in seqs], dtype=torch.long)
+
+    ids = padded([e.token_ids for e in batch], pad_id)
+    mask = padded([e.loss_mask for e in batch], 0)
+    attn = padded([[1] * len(e.token_ids) for e in batch], 0)
+    p = shared_prefix_len(batch)
+    body, head = getattr(model, "model", None), getattr(model, "lm_head", None)
+    if p < min_shared or len(batch) == 1 or body is None or head is None:
+        return _sft_loss(model, ids, attn, mask)
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    body(input_ids=ids[:1, :p], past_key_values=cache, use_cache=True)
+    cache.batch_repeat_interleave(len(batch))  # the gradient of every row flows into the one prefix pass
+    s = ids.size(1) - p
+    positions = torch.arange(p, p + s).unsqueeze(0).expand(len(batch), s)
+    hidden = body(input_ids=ids[:, p:], attention_mask=attn, past_key_values=cache, use_cache=True,
+                  position_ids=positions).last_hidden_state[:, :-1]
+    where = mask[:, p + 1:].bool()
+    logits = head(hidden[where]).float()
+    return F.cross_entropy(logits, ids[:, p + 1:][where])
+
+
+def _lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+def sft(model, encoded: list[EncodedDemo], settings: SFTSettings, pad_id: int, log=None,
+        callback=None) -> list[float]:
+    """Train ``model`` in place on random batches of ``encoded``; returns the loss per step.
+
+    ``callback(step)``, when given, runs after every optimizer step (for measurements)."""
+    import torch
+
+    rng = random.Random(f"warmstart-batches-{settings.seed}")
+    clean = [e for e in encoded if not e.corrupted] or encoded
+    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, settings.warmup_steps, settings.steps))
+    model.train()
+    losses: list[float] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        for step in range(settings.steps):
+            pool = clean if step < settings.clean_steps else encoded
+            batch = [pool[rng.randrange(len(pool))] for _ in range(settings.batch_size)]
+            loss = batch_loss(model, batch, pad_id)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if callback is not None:
+                callback(step + 1)
+            if log is not None and (step + 1) % 50 == 0:
+                log(f"warm start: step {step + 1}/{settings.steps} loss {sum(losses[-50:]) / 50:.4f}")
+    model.eval()
+    return losses
+
+
+# -- cached entry point ----------------------------------------------------------------------
+
+
+def _dir_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def cache_key(base_model_dir: Path, demos: list[Demonstration], tools: list[dict] | None,
+              settings: SFTSettings, template: str | None) -> str:
+    """Hash of everything the result depends on: base files, data, tools, template, settings."""
+    import torch
+    import transformers
+
+    h = hashlib.sha256()
+    h.update(json.dumps({"version": WARMSTART_VERSION, "settings": asdict(settings), "tools": tools,
+                         "template": template, "torch": torch.__version__,
+                         "transformers": transformers.__version__}, sort_keys=True).encode())
+    h.update(_dir_digest(base_model_dir).encode())
+    for d in demos:
+        h.update(json.dumps([d.corrupted, [m.to_chat() for m in d.messages]], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def warm_start(base_model_dir: str | Path, env: "Environment", *, num_demos: int = 2000, steps: int = 500,
+               lr: float = 2e-3, batch_size: int = 16, warmup_steps: int = 20, corruption: float = 0.6,
+               corruption_kind: str = "guess", clean_steps: int = 250, seed: int = 0,
+               cache_dir: str | Path | None = None,
+               template: str | None = None, num_threads: int | None = None, log=print) -> Path:
+    """SFT ``base_model_dir`` on ``env``'s (partly corrupted) demonstrations; returns the HF dir.
+
+    Cached under ``<cache_dir>/warmstart-<key>`` (default cache: ``agentrl.models.tiny.
+    default_cache_dir()``); a second call with the same inputs returns the same path without
+    training. ``num_threads`` sets torch's CPU threads for the SFT (restored after).
+
+    >>> from agentrl.envs.arithmetic import ArithmeticEnv            # doctest: +SKIP
+    >>> from agentrl.models.tiny import ensure_tiny_model            # doctest: +SKIP
+    >>> warm_start(ensure_tiny_model(), ArithmeticEnv(), steps=300)  # doctest: +SKIP
+    PosixPath('/root/.cache/agentrl/warmstart-...')
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl.chat import ChatTemplate
+    from agentrl.models.tiny import default_cache_dir
+
+    base = Path(base_model_dir)
+    if not (base / "config.json").exists():
+        raise FileNotFoundError(f"{base} is not a Hugging Face model directory (no config.json); "
+                                "pass a local model dir, e.g. agentrl.models.tiny.ensure_tiny_model()")
+    settings = SFTSettings(num_demos=num_demos, steps=steps, lr=lr, batch_size=batch_size,
+                           warmup_steps=warmup_steps, corruption=corruption, corruption_kind=corruption_kind,
+                           clean_steps=clean_steps, seed=seed)
+    demos = make_demonstrations(env, settings)
+    tools = [t.schema() for t in env.tools()] or None
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    final = root / f"warmstart-{cache_key(base, demos, tools, settings, template)}"
+    if (final / "config.json").exists():
+        return final
+
+    t0 = time.perf_counter()
+    old_threads = torch.get_num_threads()
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        chat = ChatTemplate(tokenizer, template)
+        encoded = [encode_demonstration(chat, d.messages, tools, d.corrupted) for d in demos]
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else chat.stop_token_ids[0]
+        if log is not None:
+            log(f"warm start: SFT of {base.name} on {len(demos)} demonstrations "
+                f"({settings.corruption:.0%} {settings.corruption_kind}), {settings.steps} steps -> {final}")
+        losses = sft(model, encoded, settings, pad, log)
+    finally:
+        torch.set_num_threads(old_threads)
+
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info = {"base_model": str(base), "settings": asdict(settings), "num_demos": len(demos),
+                "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])), "seconds": time.perf_counter() - t0}
+        (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "config.json").exists():  # not a lost race with another process
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
