@@ -14,6 +14,7 @@ and equals the single-process update, and rank 0 alone writes the run directory.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import random
@@ -34,10 +35,12 @@ from agentrl.evaluate import EvalResult, evaluate, score_all
 from agentrl.metrics import MetricsWriter, plot_curves, truncate_metrics
 from agentrl.objective import describe_objective
 from agentrl.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
+from agentrl.producer import (ProducedBatch, RolloutProducer, StalenessSplit, describe_async, resolve_async,
+                              split_stale, staleness_metrics, with_lines)
 from agentrl.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.types import Task, Trajectory, write_jsonl
 from agentrl.update import UpdateStats, compute_advantages, grpo_update
-from agentrl.weight_sync import WeightSync
+from agentrl.weight_sync import WeightSlots, WeightSync
 
 RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts
 
@@ -76,8 +79,11 @@ class Trainer:
     """Owns the model, engine, environment and run directory of one training run."""
 
     def __init__(self, cfg: Config, *, log=print):
-        self.cfg = cfg
         world = int(os.environ.get("WORLD_SIZE", "") or 1)
+        # max_staleness > 0: checked, and the IS weight defaulted to token level; 0: cfg untouched
+        cfg, self._is_defaulted = resolve_async(cfg, world)
+        self.cfg = cfg
+        self.producer: RolloutProducer | None = None  # the rollout thread (max_staleness > 0)
         self.plan = resolve_plan(cfg.parallel, cfg.lora, world, cfg.model.device)
         self._own_group = self.plan.fsdp and not dist.is_initialized()
         self.dist = dist.init_distributed(cfg.model.device, single_rank_group=self.plan.fsdp)
@@ -179,11 +185,12 @@ class Trainer:
             return rng.sample(self.train_tasks, n)
         return [rng.choice(self.train_tasks) for _ in range(n)]
 
-    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+    def collect(self, step: int, runner=None) -> tuple[list[Trajectory], dict[str, float]]:
         """Roll out, score and (DAPO dynamic sampling) refill until the batch has signal.
 
         Every rank draws the same global prompt list and rolls out its own slice of whole
         groups (``shard_whole_groups``); the refill decision counts signal groups of all ranks.
+        ``runner``: the rollout thread's own (asynchronous rollouts); default the trainer's.
         """
         cfg = self.cfg
         G = cfg.algo.num_samples
@@ -193,9 +200,9 @@ class Trainer:
         rank, world = self.dist.rank, self.dist.world_size
         while True:
             tasks = dist.shard_whole_groups(self.sample_tasks(step, cfg.train.prompts_per_step, draws), rank, world)
-            batch = self.runner.run(tasks, G, self.env.system_prompt,
-                                    seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
-                                    group_prefix=f"s{step}d{draws}/")
+            batch = (runner or self.runner).run(tasks, G, self.env.system_prompt,
+                                                seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
+                                                group_prefix=f"s{step}d{draws}/")
             score_all(self.env, self.tasks_by_id, batch.trajectories)
             t_roll += batch.stats.total_s
             t_tools += batch.stats.tools_s
@@ -251,7 +258,7 @@ class Trainer:
             "entropy": st.entropy, "grad_norm": st.grad_norm, "ratio/mean": st.ratio_mean,
             "ratio/max": st.ratio_max, "mismatch/abs_mean": st.mismatch_mean,
             "mismatch/abs_max": st.mismatch_max, "is/weight_mean": st.is_weight_mean,
-            "is/trunc_frac": st.is_trunc_frac, "train/attempts": float(st.trained_attempts),
+            "is/weight_max": st.is_weight_max, "is/trunc_frac": st.is_trunc_frac, "train/attempts": float(st.trained_attempts),
             "train/tokens": float(st.trained_tokens), "lr": self.scheduler.get_last_lr()[0],
             "policy_version": float(self.engine.policy_version),
         }
@@ -260,7 +267,15 @@ class Trainer:
         """One step on every rank; the metrics of the whole step on rank 0 ({} elsewhere)."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        trajs, timing = self.collect(step)
+        extra: dict[str, float] = {}
+        if self.producer is None:  # synchronous: sample with the current weights, then update
+            trajs, timing = self.collect(step)
+            waited = time.perf_counter() - t0
+        else:  # the rollout thread sampled this batch ahead; drop what the bound forbids
+            batch, waited = self.producer.next_batch(step)
+            split = split_stale(batch.trajectories, self.engine.policy_version, cfg.train.max_staleness)
+            trajs, timing = split.kept, batch.timing
+            extra = self._async_metrics(batch, split)
         if hasattr(self.engine, "sleep"):  # vLLM with enable_sleep_mode frees its GPU memory for the update
             self.engine.sleep()
         adv, filt = compute_advantages(trajs, cfg.algo)  # groups are whole on each rank
@@ -278,6 +293,8 @@ class Trainer:
         )
         self.sync(self.model)
         t_update = time.perf_counter() - t1
+        if self.producer is not None:  # the rollout thread takes these weights at its next batch
+            extra["async/weight_copy_s"] = self.producer.publish(self.model, self.engine.policy_version)
         shards = dist.gather_to_main(StepShard(
             trajs, int(adv.zero_variance.sum()), len(adv.zero_variance), filt.dropped_zero_variance,
             filt.masked_truncated, filt.dropped_void, timing["time/rollout"], timing["time/tools"],
@@ -290,14 +307,36 @@ class Trainer:
         m = self.step_metrics(shard, st)
         m.update({"time/rollout": shard.time_rollout, "time/tools": shard.time_tools,
                   "batch/draws": float(shard.draws), "time/update": t_update})
+        m.update(extra)
         m["time/step"] = time.perf_counter() - t0
+        # the trainer idled waiting for data: the whole rollout when synchronous
+        m["time/trainer_wait"] = waited
+        m["time/trainer_wait_frac"] = waited / m["time/step"]
+        return m
+
+    def _async_metrics(self, batch: ProducedBatch, split: StalenessSplit) -> dict[str, float]:
+        """Staleness of the trained trajectories and the rollout thread's side of the step."""
+        m = staleness_metrics(split, self.cfg.train.max_staleness)
+        m.update({"async/sampler_version": float(batch.policy_version),
+                  "async/producer_wait_s": batch.idle_s, "async/weight_swap_s": batch.swap_s})
         return m
 
     # -- the loop -------------------------------------------------------------------------
 
+    def _make_producer(self, first_step: int) -> RolloutProducer:
+        """The rollout thread of ``max_staleness > 0``: its own model (two weight slots, in the
+        trainer's compute dtype), tokenizer, template, tools and runner. It never reads the
+        trainer's parameters; ``publish`` copies them after each optimizer step."""
+        rt = build_runtime(self.cfg, self.env, self.model_path, None, self.dist.device)
+        rt.model.to(self.plan.compute_dtype)
+        version = self.engine.policy_version
+        slots = WeightSlots(rt.model, copy.deepcopy(rt.model), self.model, version=version)
+        return RolloutProducer(self.collect, rt.runner, slots, first_step=first_step, last_step=self.cfg.train.steps,
+                               start_version=version, max_staleness=self.cfg.train.max_staleness)
+
     def train(self) -> TrainResult:
         cfg = self.cfg
-        self.log(describe_objective(cfg))
+        self.log(with_lines(describe_objective(cfg), describe_async(cfg, self._is_defaulted)))
         self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}")
         iso = {getattr(t, "isolation_level", None) for t in self.env.tools()} - {None}
         if iso:
@@ -313,6 +352,9 @@ class Trainer:
                          + " ".join(f"{k}={v:.2f}" for k, v in sorted(res.by_family.items())))
         bar = tqdm(range(start, cfg.train.steps + 1), desc="GRPO", unit="step", dynamic_ncols=True,
                    initial=start - 1, total=cfg.train.steps, disable=not self.main)
+        if cfg.train.max_staleness > 0 and start <= cfg.train.steps:
+            self.producer = self._make_producer(start)  # a resumed run starts with an empty queue
+            self.producer.start()
         try:
             for step in bar:
                 m = self.train_step(step)
@@ -340,6 +382,10 @@ class Trainer:
                     self._checkpoint()
             raise
         finally:
+            if self.producer is not None:
+                if not self.producer.stop():
+                    self.log("the rollout thread is still finishing its batch; left to end with the process")
+                self.producer = None
             bar.close()
             if self.metrics is not None:
                 self.metrics.close()
