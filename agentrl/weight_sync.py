@@ -175,7 +175,8 @@ class WeightSlots:
 
     def __init__(self, first: nn.Module, second: nn.Module, model: nn.Module, *, version: int):
         if first is second:
-            raise ValueError("WeightSlots needs two distinct modules (the sampler reads one while the other is written)")
+            raise ValueError("WeightSlots needs two distinct modules: the sampler reads one while the other is "
+                             "written")
         self._slots = [first.requires_grad_(False).eval(), second.requires_grad_(False).eval()]
         self._lock = threading.Lock()
         for slot in self._slots:
