@@ -116,9 +116,23 @@ class _StatsRecorder:
         return batch
 
 
+def _widen_tool_pool(trainer: Trainer, size: int) -> None:
+    """Swap the env's python tool for one whose sandbox pool runs ``size`` calls at once
+    (the library default is the CPU count). Same tool otherwise."""
+    from agentrl.tool import ToolBox
+    from agentrl.tools.python import python_tool
+
+    box = trainer.runner.toolbox
+    tool = python_tool(mode="fresh", timeout=trainer.env.tool_timeout, max_concurrency=size)
+    trainer.runner.toolbox = ToolBox([tool], tokenizer=box.tokenizer, default_timeout=box.default_timeout,
+                                     max_output_tokens=box.max_output_tokens)
+
+
 def run_agentrl(args, out_dir: str) -> tuple[AgentrlResult, Trainer]:
     cfg = build_config(args, out_dir)
     trainer = Trainer(cfg, log=lambda *_: None)
+    if args.tool_concurrency:
+        _widen_tool_pool(trainer, args.tool_concurrency)
     if args.policy == "scripted":
         script = arithmetic_script(trainer.tokenizer, args.tool_turns, args.turn_tokens)
         trainer.runner.engine = ScriptedTurnsEngine(trainer.engine, script)
@@ -222,6 +236,8 @@ def main() -> None:
     ap.add_argument("--tool-turns", type=int, default=3)
     ap.add_argument("--turn-tokens", type=int, default=40, help="rollout.max_new_tokens (sampled per turn when scripted)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    ap.add_argument("--tool-concurrency", type=int, default=0,
+                    help="python sandbox pool size (0 = the library default, the CPU count)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra agentrl config override, e.g. --set train.micro_batch_tokens=40000")
     ap.add_argument("--compare-trl", metavar="PYTHON", help="interpreter of a virtualenv with TRL installed")
