@@ -69,10 +69,26 @@ def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> 
     """Per-token log-probs and entropies [B, T] of ``mb.input_ids`` under ``model``.
 
     Logits are divided by the sampling temperature so that π_θ is the distribution the
-    sampler drew from (a greedy sampler, T=0, is scored at T=1).
+    sampler drew from (a greedy sampler, T=0, is scored at T=1). Only positions whose next
+    token is trained (``loss_mask == 1`` in some row) go through the LM head: prompt, tool
+    and template positions never need a vocabulary-sized row. Other positions are 0.
     """
-    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
-    logits = out.logits[:, :-1, :]
-    lp, ent = token_logprobs(logits, mb.input_ids[:, 1:], temperature if temperature > 0 else 1.0)
-    zeros = torch.zeros_like(lp[:, :1])
-    return torch.cat([zeros, lp], dim=1), torch.cat([zeros, ent], dim=1)
+    T = mb.input_ids.shape[1]
+    # position p predicts token p+1; keep p where any row trains on token p+1
+    keep = torch.nonzero(mb.loss_mask[:, 1:].sum(0) > 0).flatten()
+    if keep.numel() == 0:
+        zeros = torch.zeros(mb.input_ids.shape, dtype=torch.float32, device=mb.input_ids.device)
+        return zeros, zeros.clone()
+    try:
+        out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False, logits_to_keep=keep)
+        logits = out.logits
+    except TypeError:  # an architecture without logits_to_keep: full head, then select
+        out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
+        logits = out.logits[:, keep, :]
+    lp_k, ent_k = token_logprobs(logits, mb.input_ids[:, keep + 1], temperature if temperature > 0 else 1.0)
+    B = mb.input_ids.shape[0]
+    lp = torch.zeros((B, T), dtype=lp_k.dtype, device=lp_k.device)
+    ent = torch.zeros((B, T), dtype=ent_k.dtype, device=ent_k.device)
+    lp = lp.index_copy(1, keep + 1, lp_k)
+    ent = ent.index_copy(1, keep + 1, ent_k)
+    return lp, ent

@@ -145,10 +145,13 @@ class Trajectory:
         return len(self.token_ids) - self.prompt_len
 
     def to_json(self) -> str:
-        d = asdict(self)
+        # built by hand: dataclasses.asdict deep-copies every token list (~9x slower)
+        d: dict[str, Any] = {f: getattr(self, f) for f in _TRAJ_SCALARS}
+        d["spans"] = [{"start": s.start, "end": s.end, "kind": s.kind} for s in self.spans]
         d["messages"] = [m.to_chat() for m in self.messages]
-        if d["old_logprobs"] is None:
-            del d["old_logprobs"]
+        d["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        if self.old_logprobs is not None:
+            d["old_logprobs"] = self.old_logprobs
         return json.dumps(d, ensure_ascii=False)
 
     @staticmethod
@@ -198,6 +201,10 @@ class Trajectory:
             raise ValueError("a trajectory starts with a prompt span")
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f"unknown finish_reason {self.finish_reason!r}")
+
+
+_TRAJ_SCALARS = ("token_ids", "prompt_len", "loss_mask", "logprobs", "reward", "advantage", "group_id",
+                 "sample_index", "finish_reason", "policy_version", "metadata")
 
 
 def write_jsonl(path: str, trajectories: list[Trajectory], append: bool = False) -> None:
