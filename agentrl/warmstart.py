@@ -4,22 +4,27 @@ A randomly initialised model cannot discover a tool-call format by chance in min
 before RL the model is fine-tuned on synthetic conversations (question -> tool call -> tool
 result -> answer) that the environment writes (``env.demonstrations(n, seed)``).
 
+Two phases. For the first ``clean_steps`` steps the batches hold correct demonstrations
+only; then a share ``corruption`` of wrong ones joins the mix until ``steps``.
+
 What the warm start teaches:
   * the turn and tool-call format (``<tool_call>{"name": "python", ...}</tool_call>``),
   * writing the question's expression into the code, and copying the tool's printed
-    result into ``<answer>...</answer>`` (on the demonstrations that use the tool).
+    result into ``<answer>...</answer>`` (learned in the clean phase, kept in the mix).
 
-What it deliberately does not teach: *that the tool should be used*. A share
+What it deliberately does not teach: *that the tool should be used*. In the mix, a share
 ``corruption`` of the demonstrations skips the tool and answers with a wrong guess
 (``corruption_kind="guess"``: the true answer with about half its characters changed; the
 model cannot compute it in its head, so it learns to guess a number of the right shape).
 After SFT the model calls the tool on roughly ``1 - corruption`` of its samples, on every
 task family, and answers correctly when it does; greedy decoding follows the majority habit
-(guessing), so greedy accuracy starts low. Every family keeps a success probability of
-about ``1 - corruption`` at temperature 1, so GRPO gets a signal on every family and what
-it adds is measurable: learning to rely on the tool. ``corruption_kind="miscopy"`` instead
-keeps the tool call and copies its result with one character changed (an imperfect
-copying habit).
+(guessing), so greedy accuracy starts low. Every family keeps a success probability near
+``1 - corruption`` at temperature 1, so GRPO gets a signal on every family, and what it
+adds is measurable: relying on the tool. The habit is a data frequency the model converges
+to, not a matter of stopping SFT early, so it does not hinge on the step count.
+``corruption_kind="miscopy"`` instead keeps the tool call and copies its result with one
+character changed (an imperfect copying habit; greedy decoding mostly copies correctly
+anyway, so it leaves less headroom).
 
 Sequences are tokenized the way the rollout builds them (prompt from
 ``ChatTemplate.encode_prompt``, each assistant turn from the template's rendering, the
@@ -36,8 +41,8 @@ Example::
     from agentrl.models.tiny import ensure_tiny_model
     from agentrl.warmstart import warm_start
 
-    path = warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0), num_demos=2000, steps=300)
-    assert warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0), num_demos=2000, steps=300) == path
+    path = warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0))      # ~1 min on 2 CPU cores
+    assert warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0)) == path  # cached: instant
 """
 
 from __future__ import annotations
@@ -241,21 +246,6 @@ def masked_lm_loss(logits, input_ids, loss_mask):
     return (nll * m).sum() / m.sum().clamp(min=1.0)
 
 
-def _sft_loss(model, ids, attn, mask):
-    """``masked_lm_loss`` with the LM head applied only where a target is trained: most of a
-    demonstration is prompt and tool text, so this skips most of the head's work."""
-    import torch.nn.functional as F
-
-    body = getattr(model, "model", None)
-    head = getattr(model, "lm_head", None)
-    if body is None or head is None:  # an unusual architecture: plain full-logits path
-        return masked_lm_loss(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
-    hidden = body(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
-    where = mask[:, 1:].bool()
-    logits = head(hidden[where]).float()
-    return F.cross_entropy(logits, ids[:, 1:][where])
-
-
 def shared_prefix_len(batch: list[EncodedDemo]) -> int:
     """Tokens every sequence of the batch starts with, ending before the first trained target.
 
@@ -291,22 +281,25 @@ def batch_loss(model, batch: list[EncodedDemo], pad_id: int, min_shared: int = 3
     ids = padded([e.token_ids for e in batch], pad_id)
     mask = padded([e.loss_mask for e in batch], 0)
     attn = padded([[1] * len(e.token_ids) for e in batch], 0)
-    p = shared_prefix_len(batch)
     body, head = getattr(model, "model", None), getattr(model, "lm_head", None)
-    if p < min_shared or len(batch) == 1 or body is None or head is None:
-        return _sft_loss(model, ids, attn, mask)
-    from transformers import DynamicCache
+    if body is None or head is None:  # an unusual architecture: the plain full-logits path
+        return masked_lm_loss(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
+    p = shared_prefix_len(batch)
+    extra = {}
+    if p >= min_shared and len(batch) > 1:
+        from transformers import DynamicCache
 
-    cache = DynamicCache(config=model.config)
-    body(input_ids=ids[:1, :p], past_key_values=cache, use_cache=True)
-    cache.batch_repeat_interleave(len(batch))  # the gradient of every row flows into the one prefix pass
-    s = ids.size(1) - p
-    positions = torch.arange(p, p + s).unsqueeze(0).expand(len(batch), s)
-    hidden = body(input_ids=ids[:, p:], attention_mask=attn, past_key_values=cache, use_cache=True,
-                  position_ids=positions).last_hidden_state[:, :-1]
+        cache = DynamicCache(config=model.config)
+        body(input_ids=ids[:1, :p], past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(len(batch))  # every row's gradient flows into the one prefix pass
+        positions = torch.arange(p, ids.size(1)).unsqueeze(0).expand(len(batch), -1)
+        extra = {"past_key_values": cache, "use_cache": True, "position_ids": positions}
+    else:
+        p = 0
+    hidden = body(input_ids=ids[:, p:], attention_mask=attn, **extra).last_hidden_state[:, :-1]
+    # the LM head only where a target is trained: most of a demonstration is prompt and tool text
     where = mask[:, p + 1:].bool()
-    logits = head(hidden[where]).float()
-    return F.cross_entropy(logits, ids[:, p + 1:][where])
+    return F.cross_entropy(head(hidden[where]).float(), ids[:, p + 1:][where])
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:

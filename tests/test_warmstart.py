@@ -175,21 +175,22 @@ def test_warm_start_errors_name_the_fix(env, tmp_path):
         warm_start(tmp_path, env, cache_dir=tmp_path)
 
 
-def test_fast_sft_loss_equals_full_logits_loss(tiny):
+def test_unshared_batch_loss_equals_full_logits_loss(tiny):
     from transformers import AutoModelForCausalLM
 
-    from agentrl.warmstart import _sft_loss
+    from agentrl.warmstart import EncodedDemo, batch_loss
 
     model = AutoModelForCausalLM.from_pretrained(tiny)
-    torch.manual_seed(0)
-    ids = torch.randint(3, 500, (2, 12))
-    attn = torch.ones_like(ids)
-    attn[1, 9:] = 0
+    batch = [EncodedDemo(list(range(20, 32)), [0] * 4 + [1] * 4 + [0] * 4),
+             EncodedDemo(list(range(40, 49)), [0, 0, 1, 1, 1, 0, 0, 0, 1])]
+    ids = torch.zeros(2, 12, dtype=torch.long)
+    attn = torch.zeros_like(ids)
     mask = torch.zeros_like(ids)
-    mask[0, 4:8] = 1
-    mask[1, 2:5] = 1
+    for b, e in enumerate(batch):
+        n = len(e.token_ids)
+        ids[b, :n], attn[b, :n], mask[b, :n] = torch.tensor(e.token_ids), 1, torch.tensor(e.loss_mask)
     full = masked_lm_loss(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
-    assert torch.allclose(_sft_loss(model, ids, attn, mask), full, atol=1e-5)
+    assert torch.allclose(batch_loss(model, batch, pad_id=0), full, atol=1e-5)
 
 
 def test_shared_prefix_batch_loss_equals_full_forward(tiny, env, chat):
