@@ -82,8 +82,9 @@ def split_stale(trajs: list[Trajectory], trainer_version: int, max_staleness: in
     Each kept trajectory gets ``metadata["staleness"]`` (shown by the rollout files). A
     trajectory from a *newer* version than the trainer's is a bookkeeping error and raises.
 
-    >>> from agentrl.types import Trajectory
-    >>> t = lambda v: Trajectory(token_ids=[1, 2], prompt_len=1, loss_mask=[0, 1], policy_version=v)
+    >>> from agentrl.types import Span, Trajectory
+    >>> t = lambda v: Trajectory([1, 2], 1, [0, 1], [0.0, -1.0], [Span(0, 1, "prompt"), Span(1, 2, "model")], [],
+    ...                          policy_version=v)
     >>> r = split_stale([t(3), t(2), t(1)], trainer_version=3, max_staleness=1)
     >>> r.staleness, r.dropped
     ([0, 1], 1)
