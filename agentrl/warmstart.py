@@ -4,8 +4,8 @@ A randomly initialised model cannot discover a tool-call format by chance in min
 before RL the model is fine-tuned on synthetic conversations (question -> tool call -> tool
 result -> answer) that the environment writes (``env.demonstrations(n, seed)``).
 
-Two phases. For the first ``clean_steps`` steps the batches hold correct demonstrations
-only; then a share ``corruption`` of wrong ones joins the mix until ``steps``.
+Two phases. For the first ``clean_steps`` steps (default: half of ``steps``) the batches hold
+correct demonstrations only; then a share ``corruption`` of wrong ones joins the mix.
 
 What the warm start teaches:
   * the turn and tool-call format (``<tool_call>{"name": "python", ...}</tool_call>``),
@@ -83,17 +83,21 @@ class SFTSettings:
     warmup_steps: int = 20
     corruption: float = 0.6  # share of demonstrations made deliberately wrong
     corruption_kind: str = "guess"
-    clean_steps: int = 250  # first steps train on the correct demonstrations only
+    clean_steps: int | None = None  # first steps on correct demonstrations only; None = steps // 2
     seed: int = 0
+
+    @property
+    def clean_phase(self) -> int:
+        return self.steps // 2 if self.clean_steps is None else self.clean_steps
 
     def check(self) -> None:
         if self.corruption_kind not in CORRUPTION_KINDS:
             raise ValueError(f"corruption_kind={self.corruption_kind!r}; use one of {', '.join(CORRUPTION_KINDS)}")
         if not 0.0 <= self.corruption <= 1.0:
             raise ValueError(f"corruption={self.corruption} must be in [0, 1]")
-        if self.num_demos < 1 or self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.clean_steps < 0:
+        if self.num_demos < 1 or self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.clean_phase < 0:
             raise ValueError("warm start needs num_demos >= 1, steps >= 0, clean_steps >= 0, batch_size >= 1, lr > 0")
-        if self.corruption == 1.0 and self.clean_steps > 0:
+        if self.corruption == 1.0 and self.clean_phase > 0:
             raise ValueError("corruption=1.0 leaves no correct demonstrations for clean_steps; set clean_steps=0")
 
 
@@ -326,7 +330,7 @@ def sft(model, encoded: list[EncodedDemo], settings: SFTSettings, pad_id: int, l
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         for step in range(settings.steps):
-            pool = clean if step < settings.clean_steps else encoded
+            pool = clean if step < settings.clean_phase else encoded
             batch = [pool[rng.randrange(len(pool))] for _ in range(settings.batch_size)]
             loss = batch_loss(model, batch, pad_id)
             opt.zero_grad(set_to_none=True)
@@ -372,7 +376,7 @@ def cache_key(base_model_dir: Path, demos: list[Demonstration], tools: list[dict
 
 def warm_start(base_model_dir: str | Path, env: "Environment", *, num_demos: int = 2000, steps: int = 500,
                lr: float = 2e-3, batch_size: int = 16, warmup_steps: int = 20, corruption: float = 0.6,
-               corruption_kind: str = "guess", clean_steps: int = 250, seed: int = 0,
+               corruption_kind: str = "guess", clean_steps: int | None = None, seed: int = 0,
                cache_dir: str | Path | None = None,
                template: str | None = None, num_threads: int | None = None, log=print) -> Path:
     """SFT ``base_model_dir`` on ``env``'s (partly corrupted) demonstrations; returns the HF dir.

@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--corruption", type=float, default=0.6)
     ap.add_argument("--kind", default="guess")
-    ap.add_argument("--clean-steps", type=int, default=0)
+    ap.add_argument("--clean-steps", type=int, default=None)
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--probes", type=int, default=50)

@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--corruption", type=float, default=0.6)
     ap.add_argument("--kind", default="guess")
-    ap.add_argument("--clean-steps", type=int, default=250)
+    ap.add_argument("--clean-steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--env-seed", type=int, default=0)

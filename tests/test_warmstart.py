@@ -211,3 +211,11 @@ def test_shared_prefix_batch_loss_equals_full_forward(tiny, env, chat):
     g_full = torch.autograd.grad(full, params)
     assert torch.allclose(shared, full, atol=1e-5)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_shared, g_full))
+
+
+def test_clean_phase_defaults_to_half_of_the_steps():
+    assert SFTSettings(steps=500).clean_phase == 250
+    assert SFTSettings(steps=10, clean_steps=3).clean_phase == 3
+    with pytest.raises(ValueError, match="clean_steps=0"):
+        SFTSettings(corruption=1.0).check()
+    SFTSettings(corruption=1.0, clean_steps=0).check()
