@@ -77,8 +77,8 @@ def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> 
     # position p predicts token p+1; keep p where any row trains on token p+1
     keep = torch.nonzero(mb.loss_mask[:, 1:].sum(0) > 0).flatten()
     if keep.numel() == 0:
-        zeros = torch.zeros(mb.input_ids.shape, dtype=torch.float32, device=mb.input_ids.device)
-        return zeros, zeros.clone()
+        # still run the model: under FSDP every rank must join the same collectives
+        keep = torch.zeros(1, dtype=torch.long, device=mb.input_ids.device)
     try:
         out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False, logits_to_keep=keep)
         logits = out.logits
