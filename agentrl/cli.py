@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -17,7 +18,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"stopped; resume with: agentrl train {args.config} resume=true", file=sys.stderr)
         return 130
-    print(f"run written to {result.run_dir}  (eval accuracy: first={result.first_eval}, final={result.final_eval})")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 owns the run directory
+        print(f"run written to {result.run_dir}  (eval accuracy: first={result.first_eval}, final={result.final_eval})")
     return 0
 
 
