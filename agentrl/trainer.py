@@ -259,8 +259,8 @@ class Trainer:
             "ratio/max": st.ratio_max, "mismatch/abs_mean": st.mismatch_mean,
             "mismatch/abs_max": st.mismatch_max, "is/weight_mean": st.is_weight_mean,
             "is/weight_max": st.is_weight_max, "is/trunc_frac": st.is_trunc_frac,
-            "train/attempts": float(st.trained_attempts), "train/tokens": float(st.trained_tokens), "lr": self.scheduler.get_last_lr()[0],
-            "policy_version": float(self.engine.policy_version),
+            "train/attempts": float(st.trained_attempts), "train/tokens": float(st.trained_tokens),
+            "lr": self.scheduler.get_last_lr()[0], "policy_version": float(self.engine.policy_version),
         }
 
     def train_step(self, step: int) -> dict[str, float]:
