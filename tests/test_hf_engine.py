@@ -8,6 +8,7 @@ import torch
 from agentrl.engines.base import SamplingParams
 from agentrl.engines.decode import FastDecoder, StockDecoder, make_decoder, max_logit_gap
 from agentrl.engines.hf import HFEngine, StopStrings, sample_tokens
+from agentrl.engines.prefix_cache import PrefixCache
 from agentrl.models.tiny import build_tiny_model
 
 
@@ -95,7 +96,12 @@ def test_seeded_sampling_is_reproducible(engine):
     params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=42)
     a, b = engine.generate(prompts, params), engine.generate(prompts, params)
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
-    assert [g.logprobs for g in a] == [g.logprobs for g in b]
+    # The second call starts from the first one's kept KV (other matmul shapes: last-bit
+    # differences); without the prefix cache the repeat is bitwise identical.
+    for g, h in zip(a, b):
+        assert g.logprobs == pytest.approx(h.logprobs, abs=1e-5)
+    plain = HFEngine(engine.model, engine.tokenizer, max_cached_tokens=0)
+    assert [g.logprobs for g in plain.generate(prompts, params)] == [g.logprobs for g in plain.generate(prompts, params)]
     other = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=1.0, seed=43))
     assert [g.token_ids for g in other] != [g.token_ids for g in a]
     # A row's draws do not depend on the rows after it in the batch.
@@ -255,18 +261,7 @@ def test_from_pretrained_offline_error_names_the_fix(monkeypatch):
 
 @pytest.mark.parametrize("arch,kv_heads", [("llama", 4), ("llama", 1), ("qwen3", 2)])
 def test_fast_decoder_covers_llama_and_qwen3(arch, kv_heads):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
-
-    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]
-    torch.manual_seed(0)
-    model = model_cls(config_cls(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=24,
-                                 bos_token_id=0, eos_token_id=1, pad_token_id=0)).eval()
-    if arch == "qwen3":  # make the per-head q/k norms matter (they initialise to ones)
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.q_norm.weight.uniform_(0.5, 2.0)
-                layer.self_attn.k_norm.weight.uniform_(0.5, 2.0)
+    model = _small_model(arch, kv_heads)
     assert isinstance(make_decoder(model), FastDecoder)
     assert max_logit_gap(model, FastDecoder(model)) < 1e-4
     out = HFEngine(model, None).generate([[3, 4, 5, 6], [7]], SamplingParams(max_new_tokens=6, seed=1))
@@ -335,3 +330,206 @@ def test_greedy_picks_the_first_maximum_on_a_big_vocabulary():
     tokens, logp = sample_tokens(logits.clone(), temperature=0.0, top_p=1.0, uniforms=torch.zeros(6))
     assert tokens.tolist() == logits.argmax(-1).tolist() and tokens[1] == 3000 and tokens[2] == 7
     assert torch.allclose(logp, torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0], atol=1e-5)
+
+
+# -- prefix cache: KV kept across calls -------------------------------------------------------
+
+def _next_turn(prompts: list[list[int]], outs, turn: int) -> list[list[int]]:
+    """The rollout's next prompts: each row's prompt, its sampled ids (every third row keeps only
+    half of them, as when a turn is cut or rewritten), then a few template/tool ids of its own."""
+    nxt = []
+    for r, (p, g) in enumerate(zip(prompts, outs)):
+        ids = g.token_ids[: len(g.token_ids) // 2] if r % 3 == 2 else g.token_ids
+        nxt.append(p + ids + [2, 1] + [40 + (r + turn) % 7] * (1 + (r + turn) % 4))
+    return nxt
+
+
+def _multi_turn(engine: HFEngine, params: SamplingParams, turns: int = 3, chat: list[int] | None = None):
+    """Runs ``turns`` generate calls on growing ragged prompts (two groups of identical prompts,
+    one prompt too short to cache); returns every turn's prompts, outputs and computed tokens."""
+    chat = chat or _prompts(engine)[0]
+    prompts = [chat] * 3 + [chat[:20] + [77, 78]] * 2 + [[5, 60, 77], chat[:17]]
+    history = []
+    for turn in range(turns):
+        seeded = SamplingParams(**{**vars(params), "seed": None if params.seed is None else params.seed + turn})
+        outs = engine.generate(prompts, seeded)
+        history.append((prompts, outs, engine.decoder.computed_tokens))
+        prompts = _next_turn(prompts, outs, turn)
+    return history
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(max_new_tokens=9, temperature=0.0),
+    SamplingParams(max_new_tokens=9, temperature=1.0, seed=5),
+    SamplingParams(max_new_tokens=9, temperature=0.8, top_p=0.9, seed=8),
+], ids=["greedy", "seeded", "top_p"])
+def test_prefix_cache_gives_the_same_samples_and_logprobs_across_turns(model_dir, params):
+    cached = HFEngine.from_pretrained(model_dir)
+    plain = HFEngine(cached.model, cached.tokenizer, max_cached_tokens=0)
+    assert plain.prefix_cache is None and cached.prefix_cache is not None
+    with_cache, without = _multi_turn(cached, params), _multi_turn(plain, params)
+    for turn, ((prompts, a, computed), (prompts_b, b, full)) in enumerate(zip(with_cache, without)):
+        assert prompts == prompts_b
+        for prompt, g, h in zip(prompts, a, b):
+            assert g.token_ids == h.token_ids and g.finish_reason == h.finish_reason
+            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-5)
+            ref = _teacher_forced(cached.model, prompt, g.token_ids, params.temperature)
+            assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-4)
+        assert full == sum(len(p) for p in {tuple(p) for p in prompts})
+        if turn == 0:
+            assert computed == full
+        else:  # only the new tail of each conversation ran through the model
+            assert computed < full / 3, (turn, computed, full)
+    assert 0 < cached.prefix_cache.tokens <= cached.prefix_cache.max_tokens
+
+
+def _small_model(arch: str, kv_heads: int):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]
+    torch.manual_seed(0)
+    model = model_cls(config_cls(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=24,
+                                 bos_token_id=0, eos_token_id=1, pad_token_id=0)).eval()
+    if arch == "qwen3":  # make the per-head q/k norms matter (they initialise to ones)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 2.0)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 2.0)
+    return model
+
+
+@pytest.mark.parametrize("arch,kv_heads", [("llama", 1), ("qwen3", 2)])
+def test_prefix_cache_on_other_fast_architectures_and_in_row_chunks(arch, kv_heads, monkeypatch):
+    import agentrl.engines.decode as decode
+
+    # Near-uniform attention at this init: a pad key that leaked into attention would show.
+    model = _small_model(arch, kv_heads)
+    chat = [(7 * i + 3) % 90 + 2 for i in range(30)]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=4)
+    plain = _multi_turn(HFEngine(model, None, max_cached_tokens=0), params, chat=chat)
+    cached = _multi_turn(HFEngine(model, None), params, chat=chat)
+    monkeypatch.setattr(decode, "_MASK_ELEMENTS", 1)  # one row per prefill attention call
+    chunked = _multi_turn(HFEngine(model, None), params, chat=chat)
+    for (prompts, a, _), (_, b, _), (_, c, computed) in zip(plain, cached, chunked):
+        for prompt, g, h, k in zip(prompts, a, b, c):
+            assert g.token_ids == h.token_ids == k.token_ids
+            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-5) and g.logprobs == pytest.approx(k.logprobs, abs=1e-5)
+            ref = _teacher_forced(model, prompt, g.token_ids, 1.0)
+            assert torch.allclose(torch.tensor(k.logprobs), ref, atol=1e-4)
+    assert computed < sum(len(p) for p in {tuple(p) for p in prompts}) / 2
+
+
+def test_rows_that_stop_early_are_remembered_before_they_leave_the_batch(engine):
+    prompts = [_prompts(engine)[0] + [i + 20] for i in range(8)]
+    full = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=1.0, seed=1))
+    # Rows 0 and 1 stop at their 4th and 5th tokens (the same draws: uniforms are per row), so
+    # the batch compacts with rows still running.
+    stops = [full[0].token_ids[3], full[1].token_ids[4]]
+    engine.clear_prefix_cache()
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=1.0, seed=1, stop_token_ids=stops))
+    assert len(out[0].token_ids) <= 4 and len(out[1].token_ids) <= 5
+    assert sum(g.finish_reason == "length" for g in out) >= 1
+    for prompt, g, f in zip(prompts, out, full):
+        assert g.token_ids == f.token_ids[: len(g.token_ids)]
+        # every row's KV is kept: its prompt and all sampled ids but the last
+        hit = engine.prefix_cache.lookup(prompt + g.token_ids + [3])
+        assert hit is not None and list(hit.entry.tokens) == prompt + g.token_ids[:-1]
+        assert hit.length == len(prompt) + len(g.token_ids) - 1
+
+
+def test_prefix_cache_is_dropped_when_the_weights_change(engine):
+    prompts = _prompts(engine)
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    first = engine.generate(prompts, params)
+    assert len(engine.prefix_cache) > 0
+    engine.sync_weights()
+    assert len(engine.prefix_cache) == 0
+    follow = [p + g.token_ids + [2, 1] for p, g in zip(prompts, first)]
+    engine.generate(follow, params)
+    assert engine.decoder.computed_tokens == sum(len(p) for p in follow)  # nothing reused
+    # An in-place update without sync_weights is caught too (the parameters' version counters).
+    weight = engine.model.model.layers[0].mlp.up_proj.weight
+    with torch.no_grad():
+        weight.add_(torch.randn_like(weight, generator=torch.Generator().manual_seed(3)))
+    again = [p + [2, 1] for p in follow]
+    out = engine.generate(again, params)
+    assert engine.decoder.computed_tokens == sum(len(p) for p in again)
+    for prompt, g in zip(again, out):
+        assert torch.allclose(torch.tensor(g.logprobs), _teacher_forced(engine.model, prompt, g.token_ids, 0.0),
+                              atol=1e-4)
+
+
+def test_prefix_cache_memory_is_bounded(model_dir):
+    engine = HFEngine.from_pretrained(model_dir, max_cached_tokens=100)
+    prompts = [_prompts(engine)[0] + [i + 20] for i in range(6)]
+    engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0, seed=0))
+    kept = len(prompts[0]) + 5  # per row: prompt and 5 of the 6 sampled ids
+    assert engine.prefix_cache.tokens <= 100 and len(engine.prefix_cache) == 100 // kept < len(prompts)
+    with pytest.raises(ValueError, match="0 to disable"):
+        HFEngine(engine.model, engine.tokenizer, max_cached_tokens=-1)
+
+
+def test_stock_decoder_multi_turn_is_exact_and_keeps_nothing(engine):
+    engine._decoder = StockDecoder(engine.model)
+    for prompts, outs, computed in _multi_turn(engine, SamplingParams(max_new_tokens=6, temperature=1.0, seed=2)):
+        assert computed == sum(int(len(p)) for p in prompts)
+        for prompt, g in zip(prompts, outs):
+            ref = _teacher_forced(engine.model, prompt, g.token_ids, 1.0)
+            assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-4)
+    assert len(engine.prefix_cache) == 0
+
+
+def _kv(tokens: list[int]) -> torch.Tensor:
+    """A recognisable KV block: element [..., i, :] holds tokens[i]."""
+    return torch.tensor(tokens, dtype=torch.float32)[None, None, :, None].expand(2, 1, len(tokens), 3)
+
+
+def test_prefix_cache_finds_the_longest_shared_prefix():
+    cache = PrefixCache(max_tokens=1000, block=4)
+    a, b = list(range(100, 120)), list(range(100, 110)) + list(range(500, 510))
+    cache.insert(a, _kv(a), _kv(a))
+    cache.insert(b, _kv(b), _kv(b))
+    assert len(cache) == 2 and cache.tokens == 40
+    hit = cache.lookup(a[:13] + [7, 7])  # inside a block: extended token by token
+    assert hit.entry.tokens == tuple(a) and hit.length == 13
+    assert torch.equal(hit.entry.keys[0, 0, :13, 0], torch.tensor(a[:13], dtype=torch.float32))
+    assert cache.lookup(b[:12] + [1]).entry.tokens == tuple(b)
+    assert cache.lookup(b[:12] + [1]).length == 12
+    assert cache.lookup(a).length == 19  # never the whole prompt: its last token must run
+    assert cache.lookup([100, 101, 102, 7, 8]) is None  # less than one whole shared block
+    assert cache.lookup([9] * 20) is None
+    cache.insert([1, 2, 3], _kv([1, 2, 3]), _kv([1, 2, 3]))  # shorter than a block: not kept
+    assert len(cache) == 2
+    with pytest.raises(ValueError, match="KV for 3 tokens"):
+        cache.insert([1, 2, 3, 4], _kv([1, 2, 3]), _kv([1, 2, 3]))
+
+
+def test_prefix_cache_evicts_least_recently_used_and_drops_extended_entries():
+    cache = PrefixCache(max_tokens=30, block=4)
+    seqs = [[s] * 10 for s in (1, 2, 3)]
+    for s in seqs:
+        cache.insert(s, _kv(s), _kv(s))
+    assert cache.lookup(seqs[0] + [0]) is not None  # touching 1 makes 2 the oldest
+    cache.insert([4] * 10, _kv([4] * 10), _kv([4] * 10))
+    assert cache.tokens == 30 and cache.lookup(seqs[1] + [0]) is None
+    assert cache.lookup(seqs[0] + [0]) is not None and cache.lookup(seqs[2] + [0]) is not None
+    # The next turn of sequence 3 holds all of its KV: the shorter entry goes.
+    longer = seqs[2] + [5] * 6
+    cache.insert(longer, _kv(longer), _kv(longer))
+    assert len(cache) == 2 and cache.tokens == 26
+    assert cache.lookup(seqs[2] + [0]).entry.tokens == tuple(longer)
+    cache.insert(list(range(40)), _kv(list(range(40))), _kv(list(range(40))))  # over the whole budget
+    assert cache.tokens == 26
+    cache.clear()
+    assert len(cache) == 0 and cache.tokens == 0 and cache.lookup(longer) is None
+
+
+def test_prefix_cache_never_trusts_a_hash_alone(monkeypatch):
+    import agentrl.engines.prefix_cache as pc
+
+    monkeypatch.setattr(pc, "block_hashes", lambda tokens, block: [0] * (len(tokens) // block))  # all collide
+    cache = PrefixCache(max_tokens=100, block=4)
+    cache.insert([1] * 8, _kv([1] * 8), _kv([1] * 8))
+    assert cache.lookup([2] * 8 + [3]) is None
+    assert cache.lookup([1] * 6 + [3]).length == 6

@@ -8,6 +8,11 @@ with a preallocated KV cache; on CPU it avoids most of transformers' per-step ov
 building, cache bookkeeping, output dataclasses). ``StockDecoder`` calls the model's forward
 with a ``DynamicCache`` and serves every other architecture. ``make_decoder`` picks the fast
 one only when it reproduces the stock logits on a probe input.
+
+``FastDecoder`` can also keep each row's KV after a call (``remember``) in a ``PrefixCache`` and,
+at the next prefill, start a prompt that shares a prefix with a kept sequence from that KV: only
+the rest of the prompt runs through the model (multi-turn rollouts re-send the whole
+conversation every turn). ``StockDecoder`` does not cache.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from agentrl.engines.prefix_cache import PrefixCache
+
 FAST_MODEL_TYPES = ("qwen2", "qwen3", "llama")
+# Largest prefill attention mask, in elements: 64 MiB in float32. Prefill attention runs on as
+# many rows at a time as fit (the mask grows as rows * heads per KV head * window * width).
+_MASK_ELEMENTS = 1 << 24
 
 
 @dataclass
@@ -42,10 +52,13 @@ class PaddedPrompts:
 
 
 class StockDecoder:
-    """The model's own forward with a ``DynamicCache``; works for any causal LM."""
+    """The model's own forward with a ``DynamicCache``; works for any causal LM (no prefix reuse)."""
+
+    prefix_cache: PrefixCache | None = None  # never used: every prompt is prefilled whole
 
     def __init__(self, model):
         self.model = model
+        self.computed_tokens = 0
 
     @torch.no_grad()
     def prefill(self, prompts: list[list[int]], max_new_tokens: int) -> Tensor:
@@ -54,6 +67,7 @@ class StockDecoder:
         from transformers import DynamicCache
 
         self.cache = DynamicCache(config=self.model.config)
+        self.computed_tokens = int(batch.valid.sum())
         self.mask = batch.valid.long()
         self.next_pos = batch.positions[:, -1] + 1
         out = self.model(input_ids=batch.ids, attention_mask=self.mask, position_ids=batch.positions,
@@ -73,6 +87,9 @@ class StockDecoder:
         self.cache.reorder_cache(rows)
         self.mask = self.mask[rows]
         self.next_pos = self.next_pos[rows]
+
+    def remember(self, rows: list[int], sequences: list[list[int]]) -> None:
+        """No-op: the stock path keeps nothing between calls."""
 
     def release(self) -> None:
         self.cache = self.mask = self.next_pos = None
@@ -116,15 +133,22 @@ class FastDecoder:
 
     The decode step lays the ``n_rep`` query heads that share a KV head along the query-length
     axis, so grouped-query attention is one SDPA call over the cache with no K/V repeat.
+
+    With a ``prefix_cache``, ``prefill`` starts each prompt from the longest cached prefix and
+    ``remember`` stores rows' KV for later calls. The cache holds KV of the weights it was
+    computed with: its owner must clear it when they change.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, prefix_cache: PrefixCache | None = None):
         self.model = model
+        self.prefix_cache = prefix_cache
         cfg = model.config
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads or cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
+        self.computed_tokens = 0  # prompt tokens the last prefill ran through the model
+        self.release()
 
     @staticmethod
     def supports(model) -> bool:
@@ -177,45 +201,132 @@ class FastDecoder:
         """Run the prompts, fill the cache, return (B, V) float32 logits for the next token.
 
         Identical prompts (a GRPO group shares one) are computed once and their cache copied.
+        A prompt whose first c tokens match a ``prefix_cache`` entry takes their KV from it and
+        runs only the rest. Only real tokens go through the projections and the MLP (packed,
+        no padding); attention runs on the padded ``window`` of the last ``max(len - c)``
+        slots (prompts are right-aligned in the cache, so every computed token lies there).
         """
         embed = self.model.model.embed_tokens.weight
         dev, dtype = embed.device, embed.dtype
         self.layers = self._layers()
         unique: dict[tuple[int, ...], int] = {}
         row_src = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-        batch = PaddedPrompts.build([list(p) for p in unique], dev)
+        texts = list(unique)
+        cache = self.prefix_cache
+        hits = [cache.lookup(p) for p in texts] if cache is not None else [None] * len(texts)
+        reused = [h.length if h is not None else 0 for h in hits]
+        u, n_rows = len(texts), len(prompts)
+        lengths = torch.tensor([len(p) for p in texts], device=dev)
+        fresh = torch.tensor([len(p) - c for p, c in zip(texts, reused)], device=dev)  # tokens to compute
+        width, window = int(lengths.max()), int(fresh.max())
+        lo = width - window  # first slot that runs through the model
         src = torch.tensor(row_src, device=dev)
-        n_rows, width = len(prompts), batch.ids.shape[1]
+
+        # The computed tokens, packed: unique row, slot in the cache, rotary position.
+        row_of = torch.arange(u, device=dev).repeat_interleave(fresh)
+        ends = fresh.cumsum(0)
+        j = torch.arange(int(ends[-1]), device=dev) - (ends - fresh)[row_of]
+        slot = width - fresh[row_of] + j
+        pos = (lengths - fresh)[row_of] + j
+        in_window = row_of * window + (slot - lo)  # index into the flattened (u, window) queries
+        ids = torch.tensor([t for p, c in zip(texts, reused) for t in p[c:]], dtype=torch.long, device=dev)
+        self.computed_tokens = ids.numel()
+
         self.cos, self.sin = self._rope_tables(width + max_new_tokens, dev, dtype)
-        self.k_cache = [torch.empty(n_rows, self.n_kv, width + max_new_tokens, self.head_dim, device=dev,
-                                    dtype=dtype) for _ in self.layers]
-        self.v_cache = [torch.empty_like(k) for k in self.k_cache]
+        shape = (len(self.layers), n_rows, self.n_kv, width + max_new_tokens, self.head_dim)
+        self.k_all, self.v_all = torch.empty(shape, device=dev, dtype=dtype), torch.empty(shape, device=dev, dtype=dtype)
+        self.k_cache, self.v_cache = list(self.k_all.unbind(0)), list(self.v_all.unbind(0))
+        valid = torch.arange(width, device=dev)[None, :] >= (width - lengths)[:, None]  # (u, width)
         self.key_ok = torch.ones(n_rows, width + max_new_tokens, dtype=torch.bool, device=dev)
-        self.key_ok[:, :width] = batch.valid[src]
-        self.next_pos = batch.positions[src, -1] + 1
+        self.key_ok[:, :width] = valid[src]
+        self.next_pos = lengths[src]
+        self.start = [width - len(texts[i]) for i in row_src]  # slot of each row's first token
         self.t = width
 
-        # Pad queries may attend to themselves so that no softmax row is fully masked (NaN);
-        # their outputs are never read, and real queries never see pad keys.
-        causal = torch.ones(width, width, dtype=torch.bool, device=dev).tril_()
-        mask = (causal[None] & batch.valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=dev)[None]
-        cos, sin = self.cos[batch.positions][:, None], self.sin[batch.positions][:, None]
-        x = F.embedding(batch.ids, embed)
-        u = x.shape[0]
+        # The prompt part of the cache for the unique prompts: restored prefixes, then computed
+        # tokens; the rows' own cache when no prompt repeats, else copied to the rows at the end.
+        in_place = row_src == list(range(n_rows))
+        if in_place:
+            uk, uv = self.k_all[:, :, :, :width], self.v_all[:, :, :, :width]
+        else:
+            uk = torch.empty(len(self.layers), u, self.n_kv, width, self.head_dim, device=dev, dtype=dtype)
+            uv = torch.empty_like(uk)
+        # Left padding is zeroed: a masked key still meets its value in the product with the
+        # (zero) attention weight, and 0 * NaN from stale memory would poison the row.
+        pad = width - int(lengths.min())
+        uk[:, :, :, :pad].zero_()
+        uv[:, :, :, :pad].zero_()
+        for b, (p, hit) in enumerate(zip(texts, hits)):
+            if hit is not None:
+                s = width - len(p)
+                uk[:, b, :, s: s + hit.length] = hit.entry.keys[:, :, : hit.length]
+                uv[:, b, :, s: s + hit.length] = hit.entry.values[:, :, : hit.length]
+
+        rep = self.n_heads // self.n_kv
+        # Attention runs on chunks of rows, so that its mask stays under _MASK_ELEMENTS.
+        chunk = max(1, _MASK_ELEMENTS // (rep * window * width))
+        row_valid = valid if pad else None
+        mask = self._window_mask(row_valid, lo, window, rep, dtype, dev) if chunk >= u else None
+        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
+        x = F.embedding(ids, embed)
+        n = ids.numel()
         for i, p in enumerate(self.layers):
             h = _rms_norm(x, p.ln1, self.eps)
-            q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(u, width, self.n_heads, self.head_dim), p.q_norm)
-            k = self._head_norm(F.linear(h, p.k_w, p.k_b).view(u, width, self.n_kv, self.head_dim), p.k_norm)
-            v = F.linear(h, p.v_w, p.v_b).view(u, width, self.n_kv, self.head_dim).transpose(1, 2)
-            q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
-            self.k_cache[i][:, :, :width] = k[src]
-            self.v_cache[i][:, :, :width] = v[src]
-            rep = self.n_heads // self.n_kv
-            attn = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
-                                                  attn_mask=mask[:, None])
-            x = x + F.linear(attn.transpose(1, 2).reshape(u, width, -1), p.o_w, p.o_b)
+            q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(n, self.n_heads, self.head_dim), p.q_norm)
+            k = self._head_norm(F.linear(h, p.k_w, p.k_b).view(n, self.n_kv, self.head_dim), p.k_norm)
+            v = F.linear(h, p.v_w, p.v_b).view(n, self.n_kv, self.head_dim)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            uk[i].transpose(1, 2)[row_of, slot] = k
+            uv[i].transpose(1, 2)[row_of, slot] = v
+            # The rep query heads sharing a KV head go along the query axis: no K/V repeat.
+            qp = q.new_zeros(u * window, self.n_heads, self.head_dim)
+            qp[in_window] = q
+            qp = qp.view(u, window, self.n_kv, rep, self.head_dim).permute(0, 2, 3, 1, 4)
+            qp = qp.reshape(u, self.n_kv, rep * window, self.head_dim)
+            attn = torch.empty_like(qp)
+            for a in range(0, u, chunk):
+                part = mask if mask is not None else self._window_mask(
+                    None if row_valid is None else row_valid[a: a + chunk], lo, window, rep, dtype, dev)
+                attn[a: a + chunk] = F.scaled_dot_product_attention(qp[a: a + chunk], uk[i, a: a + chunk],
+                                                                    uv[i, a: a + chunk], attn_mask=part)
+            attn = attn.view(u, self.n_kv, rep, window, self.head_dim).permute(0, 3, 1, 2, 4)
+            x = x + F.linear(attn.reshape(u * window, -1)[in_window], p.o_w, p.o_b)
             x = self._mlp(x, p)
-        return self._logits(x[:, -1])[src]
+        if not in_place:
+            self.k_all[:, :, :, :width] = uk[:, src]
+            self.v_all[:, :, :, :width] = uv[:, src]
+        return self._logits(x[ends - 1])[src]
+
+    @staticmethod
+    def _window_mask(valid: Tensor | None, lo: int, window: int, rep: int, dtype: torch.dtype,
+                     dev: torch.device) -> Tensor:
+        """Additive prefill mask (rows or 1, 1, rep * window, width) for queries laid out
+        (rep, window slot), window slot ``w`` being cache slot ``lo + w``; ``valid`` (rows, width)
+        marks real keys (None: all are). A query sees real keys up to its own slot; a pad query
+        may see itself so that no softmax row is fully masked (NaN; pad outputs are never read).
+        Additive, since the CPU kernel is faster with one than with a boolean mask."""
+        width = lo + window
+        q_slot = (torch.arange(rep * window, device=dev) % window + lo)[:, None]
+        k_slot = torch.arange(width, device=dev)[None, :]
+        allowed = k_slot <= q_slot
+        if valid is not None:
+            allowed = allowed & valid[:, None, None, :]
+        allowed = allowed | (k_slot == q_slot)
+        if allowed.dim() == 2:
+            allowed = allowed[None, None]
+        return torch.zeros(allowed.shape, device=dev, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+
+    def remember(self, rows: list[int], sequences: list[list[int]]) -> None:
+        """Keep the KV of batch rows ``rows`` (indices into the current batch) in the prefix
+        cache, under ``sequences[j]``: the tokens row ``rows[j]`` has fed so far (its prompt and
+        the sampled ids except a last one that was never fed back). No-op without a cache."""
+        if self.prefix_cache is None:
+            return
+        for j, seq in zip(rows, sequences):
+            s = self.start[j]
+            if s + len(seq) > self.t:
+                raise ValueError(f"row {j} has fed {self.t - s} tokens, fewer than the {len(seq)} to remember")
+            self.prefix_cache.insert(seq, self.k_all[:, j, :, s: s + len(seq)], self.v_all[:, j, :, s: s + len(seq)])
 
     def _logits(self, x: Tensor) -> Tensor:
         h = _rms_norm(x, self.model.model.norm.weight, self.eps)
@@ -249,16 +360,19 @@ class FastDecoder:
     @torch.inference_mode()
     def keep(self, rows: Tensor) -> None:
         """Drop finished rows: keep only ``rows`` (indices into the current batch)."""
-        self.k_cache = [k[rows] for k in self.k_cache]
-        self.v_cache = [v[rows] for v in self.v_cache]
+        self.k_all, self.v_all = self.k_all[:, rows], self.v_all[:, rows]
+        self.k_cache, self.v_cache = list(self.k_all.unbind(0)), list(self.v_all.unbind(0))
         self.key_ok = self.key_ok[rows]
         self.next_pos = self.next_pos[rows]
+        self.start = [self.start[j] for j in rows.tolist()]
 
     def release(self) -> None:
-        """Free the cache (and drop the parameter views) until the next prefill."""
+        """Free this call's cache (and drop the parameter views) until the next prefill; the
+        prefix cache keeps what ``remember`` stored."""
         self.k_cache = self.v_cache = []
         self.layers = []
-        self.key_ok = self.next_pos = self.cos = self.sin = None
+        self.start = []
+        self.k_all = self.v_all = self.key_ok = self.next_pos = self.cos = self.sin = None
 
 
 def max_logit_gap(model, decoder) -> float:
@@ -279,13 +393,15 @@ def max_logit_gap(model, decoder) -> float:
     return gap
 
 
-def make_decoder(model, *, tolerance: float = 1e-3):
+def make_decoder(model, *, tolerance: float = 1e-3, prefix_cache: PrefixCache | None = None):
     """The fast decoder when the model's architecture is supported and its logits match the
-    stock forward to ``tolerance`` on a probe; otherwise the stock decoder."""
+    stock forward to ``tolerance`` on a probe; otherwise the stock decoder. ``prefix_cache``
+    goes to the fast decoder (after the probe, which must not read or fill it)."""
     if FastDecoder.supports(model):
         fast = FastDecoder(model)
         try:
             if max_logit_gap(model, fast) <= tolerance:
+                fast.prefix_cache = prefix_cache
                 return fast
         except (AttributeError, RuntimeError, TypeError):  # an unexpected variant of the block
             pass
