@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--corruption", type=float, default=0.6)
+    ap.add_argument("--corruption", type=float, default=0.75)
     ap.add_argument("--kind", default="guess")
     ap.add_argument("--clean-steps", type=int, default=None)
     ap.add_argument("--every", type=int, default=50)

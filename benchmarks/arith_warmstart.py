@@ -4,7 +4,7 @@ Runs (or reuses) the warm start, then on held-out tasks reports per family: gree
 accuracy, and at a sampling temperature the success rate, the tool-use rate and the share
 of G-sample groups with any signal (some but not all attempts right).
 
-    python benchmarks/arith_warmstart.py --steps 300 --corruption 0.6 --temps 0.7 1.0
+    python benchmarks/arith_warmstart.py --steps 500 --corruption 0.75 --temps 0.7 1.0
 
 Threads: torch runs with 1 thread (``--threads``) since the 2 cores are shared.
 """
@@ -69,11 +69,11 @@ def measure(model_dir, env: ArithmeticEnv, *, num_tasks: int, group: int, temps:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--num-demos", type=int, default=2000)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--corruption", type=float, default=0.6)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--corruption", type=float, default=0.75)
     ap.add_argument("--kind", default="guess")
     ap.add_argument("--clean-steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=20)

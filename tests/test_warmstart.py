@@ -219,3 +219,15 @@ def test_clean_phase_defaults_to_half_of_the_steps():
     with pytest.raises(ValueError, match="clean_steps=0"):
         SFTSettings(corruption=1.0).check()
     SFTSettings(corruption=1.0, clean_steps=0).check()
+
+
+def test_mix_holds_the_exact_share_of_wrong_demonstrations():
+    from agentrl.warmstart import wrong_per_batch
+
+    s = SFTSettings(steps=200, clean_steps=50, batch_size=16, corruption=0.75)
+    plan = wrong_per_batch(s)
+    assert plan[:50] == [0] * 50 and set(plan[50:]) == {12}
+    s = SFTSettings(steps=103, clean_steps=3, batch_size=7, corruption=0.3)
+    plan = wrong_per_batch(s)
+    assert set(plan[3:]) <= {2, 3} and abs(sum(plan) - 0.3 * 7 * 100) < 1
+    assert wrong_per_batch(SFTSettings(steps=5, clean_steps=0, batch_size=4, corruption=1.0)) == [4] * 5
