@@ -8,7 +8,7 @@ import torch
 from agentrl.engines.base import SamplingParams
 from agentrl.engines.decode import FastDecoder, StockDecoder, make_decoder, max_logit_gap
 from agentrl.engines.hf import HFEngine, StopStrings, sample_tokens
-from agentrl.engines.prefix_cache import PrefixCache
+from agentrl.engines.prefix_cache import PrefillPlan, PrefixCache
 from agentrl.models.tiny import build_tiny_model
 
 
@@ -101,7 +101,8 @@ def test_seeded_sampling_is_reproducible(engine):
     for g, h in zip(a, b):
         assert g.logprobs == pytest.approx(h.logprobs, abs=1e-5)
     plain = HFEngine(engine.model, engine.tokenizer, max_cached_tokens=0)
-    assert [g.logprobs for g in plain.generate(prompts, params)] == [g.logprobs for g in plain.generate(prompts, params)]
+    first, again = plain.generate(prompts, params), plain.generate(prompts, params)
+    assert [g.logprobs for g in first] == [g.logprobs for g in again]
     other = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=1.0, seed=43))
     assert [g.token_ids for g in other] != [g.token_ids for g in a]
     # A row's draws do not depend on the rows after it in the batch.
@@ -414,7 +415,8 @@ def test_prefix_cache_on_other_fast_architectures_and_in_row_chunks(arch, kv_hea
     for (prompts, a, _), (_, b, _), (_, c, computed) in zip(plain, cached, chunked):
         for prompt, g, h, k in zip(prompts, a, b, c):
             assert g.token_ids == h.token_ids == k.token_ids
-            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-5) and g.logprobs == pytest.approx(k.logprobs, abs=1e-5)
+            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-5)
+            assert g.logprobs == pytest.approx(k.logprobs, abs=1e-5)
             ref = _teacher_forced(model, prompt, g.token_ids, 1.0)
             assert torch.allclose(torch.tensor(k.logprobs), ref, atol=1e-4)
     assert computed < sum(len(p) for p in {tuple(p) for p in prompts}) / 2
@@ -533,3 +535,16 @@ def test_prefix_cache_never_trusts_a_hash_alone(monkeypatch):
     cache.insert([1] * 8, _kv([1] * 8), _kv([1] * 8))
     assert cache.lookup([2] * 8 + [3]) is None
     assert cache.lookup([1] * 6 + [3]).length == 6
+
+
+def test_prefill_plan_packs_only_the_tokens_past_each_cached_prefix():
+    cache = PrefixCache(max_tokens=100, block=4)
+    kept = list(range(10, 20))
+    cache.insert(kept, _kv(kept), _kv(kept))
+    prompts = [kept[:8] + [1, 2], [3, 4, 5], kept[:8] + [1, 2]]
+    plan = PrefillPlan.build(prompts, cache, torch.device("cpu"))
+    assert plan.row_src == [0, 1, 0] and plan.reused == [8, 0] and plan.width == 10 and plan.window == 3
+    assert plan.ids.tolist() == [1, 2, 3, 4, 5] and plan.row_of.tolist() == [0, 0, 1, 1, 1]
+    assert plan.slot.tolist() == [8, 9, 7, 8, 9]  # right-aligned in 10 slots
+    assert plan.pos.tolist() == [8, 9, 0, 1, 2] and plan.ends.tolist() == [2, 5]
+    assert PrefillPlan.build(prompts, None, torch.device("cpu")).reused == [0, 0]

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from agentrl.engines.prefix_cache import PrefixCache
+from agentrl.engines.prefix_cache import PrefillPlan, PrefixCache
 
 FAST_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 # Largest prefill attention mask, in elements: 64 MiB in float32. Prefill attention runs on as
@@ -209,43 +209,28 @@ class FastDecoder:
         embed = self.model.model.embed_tokens.weight
         dev, dtype = embed.device, embed.dtype
         self.layers = self._layers()
-        unique: dict[tuple[int, ...], int] = {}
-        row_src = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-        texts = list(unique)
-        cache = self.prefix_cache
-        hits = [cache.lookup(p) for p in texts] if cache is not None else [None] * len(texts)
-        reused = [h.length if h is not None else 0 for h in hits]
-        u, n_rows = len(texts), len(prompts)
-        lengths = torch.tensor([len(p) for p in texts], device=dev)
-        fresh = torch.tensor([len(p) - c for p, c in zip(texts, reused)], device=dev)  # tokens to compute
-        width, window = int(lengths.max()), int(fresh.max())
+        plan = PrefillPlan.build(prompts, self.prefix_cache, dev)
+        u, n_rows, width, window = len(plan.texts), len(prompts), plan.width, plan.window
         lo = width - window  # first slot that runs through the model
-        src = torch.tensor(row_src, device=dev)
-
-        # The computed tokens, packed: unique row, slot in the cache, rotary position.
-        row_of = torch.arange(u, device=dev).repeat_interleave(fresh)
-        ends = fresh.cumsum(0)
-        j = torch.arange(int(ends[-1]), device=dev) - (ends - fresh)[row_of]
-        slot = width - fresh[row_of] + j
-        pos = (lengths - fresh)[row_of] + j
-        in_window = row_of * window + (slot - lo)  # index into the flattened (u, window) queries
-        ids = torch.tensor([t for p, c in zip(texts, reused) for t in p[c:]], dtype=torch.long, device=dev)
-        self.computed_tokens = ids.numel()
+        src = torch.tensor(plan.row_src, device=dev)
+        in_window = plan.row_of * window + (plan.slot - lo)  # index into the flattened (u, window) queries
+        self.computed_tokens = plan.ids.numel()
 
         self.cos, self.sin = self._rope_tables(width + max_new_tokens, dev, dtype)
         shape = (len(self.layers), n_rows, self.n_kv, width + max_new_tokens, self.head_dim)
-        self.k_all, self.v_all = torch.empty(shape, device=dev, dtype=dtype), torch.empty(shape, device=dev, dtype=dtype)
+        self.k_all = torch.empty(shape, device=dev, dtype=dtype)
+        self.v_all = torch.empty_like(self.k_all)
         self.k_cache, self.v_cache = list(self.k_all.unbind(0)), list(self.v_all.unbind(0))
-        valid = torch.arange(width, device=dev)[None, :] >= (width - lengths)[:, None]  # (u, width)
+        valid = torch.arange(width, device=dev)[None, :] >= (width - plan.lengths)[:, None]  # (u, width)
         self.key_ok = torch.ones(n_rows, width + max_new_tokens, dtype=torch.bool, device=dev)
         self.key_ok[:, :width] = valid[src]
-        self.next_pos = lengths[src]
-        self.start = [width - len(texts[i]) for i in row_src]  # slot of each row's first token
+        self.next_pos = plan.lengths[src]
+        self.start = [width - len(plan.texts[i]) for i in plan.row_src]  # slot of each row's first token
         self.t = width
 
         # The prompt part of the cache for the unique prompts: restored prefixes, then computed
         # tokens; the rows' own cache when no prompt repeats, else copied to the rows at the end.
-        in_place = row_src == list(range(n_rows))
+        in_place = plan.row_src == list(range(n_rows))
         if in_place:
             uk, uv = self.k_all[:, :, :, :width], self.v_all[:, :, :, :width]
         else:
@@ -253,10 +238,10 @@ class FastDecoder:
             uv = torch.empty_like(uk)
         # Left padding is zeroed: a masked key still meets its value in the product with the
         # (zero) attention weight, and 0 * NaN from stale memory would poison the row.
-        pad = width - int(lengths.min())
+        pad = width - int(plan.lengths.min())
         uk[:, :, :, :pad].zero_()
         uv[:, :, :, :pad].zero_()
-        for b, (p, hit) in enumerate(zip(texts, hits)):
+        for b, (p, hit) in enumerate(zip(plan.texts, plan.hits)):
             if hit is not None:
                 s = width - len(p)
                 uk[:, b, :, s: s + hit.length] = hit.entry.keys[:, :, : hit.length]
@@ -267,17 +252,17 @@ class FastDecoder:
         chunk = max(1, _MASK_ELEMENTS // (rep * window * width))
         row_valid = valid if pad else None
         mask = self._window_mask(row_valid, lo, window, rep, dtype, dev) if chunk >= u else None
-        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
-        x = F.embedding(ids, embed)
-        n = ids.numel()
+        cos, sin = self.cos[plan.pos][:, None], self.sin[plan.pos][:, None]
+        x = F.embedding(plan.ids, embed)
+        n = plan.ids.numel()
         for i, p in enumerate(self.layers):
             h = _rms_norm(x, p.ln1, self.eps)
             q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(n, self.n_heads, self.head_dim), p.q_norm)
             k = self._head_norm(F.linear(h, p.k_w, p.k_b).view(n, self.n_kv, self.head_dim), p.k_norm)
             v = F.linear(h, p.v_w, p.v_b).view(n, self.n_kv, self.head_dim)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            uk[i].transpose(1, 2)[row_of, slot] = k
-            uv[i].transpose(1, 2)[row_of, slot] = v
+            uk[i].transpose(1, 2)[plan.row_of, plan.slot] = k
+            uv[i].transpose(1, 2)[plan.row_of, plan.slot] = v
             # The rep query heads sharing a KV head go along the query axis: no K/V repeat.
             qp = q.new_zeros(u * window, self.n_heads, self.head_dim)
             qp[in_window] = q
@@ -295,7 +280,7 @@ class FastDecoder:
         if not in_place:
             self.k_all[:, :, :, :width] = uk[:, src]
             self.v_all[:, :, :, :width] = uv[:, src]
-        return self._logits(x[ends - 1])[src]
+        return self._logits(x[plan.ends - 1])[src]
 
     @staticmethod
     def _window_mask(valid: Tensor | None, lo: int, window: int, rep: int, dtype: torch.dtype,

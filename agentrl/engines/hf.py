@@ -323,7 +323,7 @@ class HFEngine:
         logprobs_out: list[list[float]] = [[] for _ in range(n)]
         finish: list[str | None] = [None] * n
         rows = list(range(n))  # prompt index of each row the decoder still holds
-        caching = decoder.prefix_cache is not None
+        caching = getattr(decoder, "prefix_cache", None) is not None
 
         def remember(batch_rows: list[int]) -> None:
             # A row has fed its prompt and every sampled id but the last one.

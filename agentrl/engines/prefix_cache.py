@@ -1,4 +1,5 @@
-"""Per-sequence KV caches kept between generate calls, found again by longest common prefix.
+"""Per-sequence KV caches kept between generate calls, found again by longest common prefix,
+and the plan of what a prefill then still has to compute.
 
 A multi-turn rollout calls the engine once per turn with each row's whole conversation so
 far: the previous prompt, the ids it sampled, then template/tool ids. Keys and values at
@@ -167,3 +168,51 @@ class PrefixCache:
                 holders.pop(key, None)
                 if not holders:
                     del self._index[h]
+
+
+@dataclass
+class PrefillPlan:
+    """Which prompt tokens a prefill runs once cached prefixes are reused.
+
+    Identical prompts are computed once: ``texts`` are the distinct prompts, ``row_src[r]`` is
+    the one of row r. They are right-aligned in a cache of ``width`` slots (prompt u starts at
+    slot ``width - lengths[u]``); prompt u takes its first ``reused[u]`` tokens' KV from
+    ``hits[u]`` and computes the rest, all of which lie in the last ``window`` slots. The
+    computed tokens are packed, prompt after prompt: token t is ``ids[t]``, of prompt
+    ``row_of[t]``, in slot ``slot[t]``, at rotary position ``pos[t]``; ``ends[u]`` is one past
+    prompt u's last one.
+
+    >>> plan = PrefillPlan.build([[5, 6, 7], [5, 6, 7], [8, 9]], None, torch.device("cpu"))
+    >>> plan.row_src, plan.width, plan.window, plan.slot.tolist(), plan.pos.tolist()
+    ([0, 0, 1], 3, 3, [0, 1, 2, 1, 2], [0, 1, 2, 0, 1])
+    """
+
+    texts: list[tuple[int, ...]]
+    row_src: list[int]
+    hits: list[PrefixHit | None]
+    reused: list[int]
+    lengths: Tensor  # (U,) prompt lengths
+    width: int
+    window: int
+    ids: Tensor  # (N,) the computed tokens
+    row_of: Tensor  # (N,)
+    slot: Tensor  # (N,)
+    pos: Tensor  # (N,)
+    ends: Tensor  # (U,)
+
+    @classmethod
+    def build(cls, prompts: list[list[int]], cache: PrefixCache | None, device: torch.device) -> "PrefillPlan":
+        unique: dict[tuple[int, ...], int] = {}
+        row_src = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        texts = list(unique)
+        hits = [cache.lookup(p) for p in texts] if cache is not None else [None] * len(texts)
+        reused = [h.length if h is not None else 0 for h in hits]
+        lengths = torch.tensor([len(p) for p in texts], device=device)
+        fresh = torch.tensor([len(p) - c for p, c in zip(texts, reused)], device=device)
+        width = int(lengths.max())
+        row_of = torch.arange(len(texts), device=device).repeat_interleave(fresh)
+        ends = fresh.cumsum(0)
+        j = torch.arange(int(ends[-1]), device=device) - (ends - fresh)[row_of]  # index among the computed
+        ids = torch.tensor([t for p, c in zip(texts, reused) for t in p[c:]], dtype=torch.long, device=device)
+        return cls(texts, row_src, hits, reused, lengths, width, int(fresh.max()), ids, row_of,
+                   width - fresh[row_of] + j, (lengths - fresh)[row_of] + j, ends)
