@@ -17,6 +17,11 @@ From each run's ``metrics.jsonl``:
 
     python benchmarks/async_staleness.py                        # defaults below
     python benchmarks/async_staleness.py --steps 30 --rounds 2 --set eval.num_tasks=100
+    python benchmarks/async_staleness.py --tool-delay 0.5       # a tool that waits, e.g. a remote one
+
+``--tool-delay S`` makes every python call first wait S seconds without using the CPU (an
+asyncio sleep), as a remote sandbox or a web search would: the part of a rollout that an
+asynchronous trainer can hide even when the CPU is saturated.
 
 Without ``--config``: ``examples/arithmetic_tiny.yaml`` when present, else
 ``examples/arithmetic_ci.yaml`` with its warm start switched on.
@@ -25,7 +30,9 @@ Without ``--config``: ``examples/arithmetic_tiny.yaml`` when present, else
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +40,9 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from agentrl.envs.arithmetic import ArithmeticEnv
+from agentrl.tool import Tool, ToolContext
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +66,26 @@ class RunResult:
     is_trunc_frac: float
     mismatch: float
     process_s: float
+
+
+class DelayedToolArithmetic(ArithmeticEnv):
+    """The arithmetic environment whose python tool first waits ``tool_delay`` seconds (same
+    name and schema, so the prompts and the warm start are unchanged)."""
+
+    def __init__(self, tool_delay: float = 0.5, **kwargs):
+        super().__init__(**kwargs)
+        self.tool_delay = tool_delay
+
+    def tools(self):
+        (inner,) = super().tools()
+        delay = self.tool_delay
+
+        async def python(code: str, context: ToolContext) -> str:
+            await asyncio.sleep(delay)
+            return await inner.invoke({"code": code}, context)
+
+        return [Tool(python, name="python", description=inner.description, parameters=inner.parameters,
+                     timeout=inner.timeout)]
 
 
 def default_config() -> tuple[Path, list[str]]:
@@ -93,7 +123,8 @@ def run_one(config: Path, k: int, rnd: int, steps: int, extra: list[str], out_ro
     cmd = [sys.executable, "-m", "agentrl", "train", str(config), f"output_dir={run_dir}",
            f"train.max_staleness={k}", f"train.steps={steps}", "train.checkpoint_every=1000", *extra]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({' '.join(cmd)}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return summarize(run_dir / "metrics.jsonl", k, rnd, time.perf_counter() - t0)
@@ -124,11 +155,14 @@ def main() -> None:
     ap.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--tool-delay", type=float, default=0.0, help="seconds each tool call waits first")
     ap.add_argument("--set", dest="overrides", nargs="*", default=[], help="extra key=value overrides")
     ap.add_argument("--out", type=Path, default=None, help="write the per-run results as JSON")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     args = ap.parse_args()
     config, extra = (args.config, []) if args.config else default_config()
+    if args.tool_delay > 0:
+        extra += ["env.name=async_staleness:DelayedToolArithmetic", f"env.args.tool_delay={args.tool_delay}"]
     extra += args.overrides
     out_root = args.keep or Path(tempfile.mkdtemp(prefix="async-staleness-"))
     results = []
