@@ -114,10 +114,13 @@ class WarmStartConfig:
 
     enabled: bool = False
     num_demos: int = 2000
-    steps: int = 300
-    lr: float = 1e-3
-    batch_size: int = 32
-    corruption: float = 0.5  # share of demonstrations with a deliberately imperfect answer
+    steps: int = 500
+    lr: float = 2e-3
+    batch_size: int = 16
+    warmup_steps: int = 20
+    corruption: float = 0.75  # share of each batch (second phase) with a deliberately wrong answer
+    corruption_kind: Literal["guess", "miscopy"] = "guess"
+    clean_steps: int | None = None  # first phase on correct demonstrations only; None = half
     seed: int = 0
 
 
