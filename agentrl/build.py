@@ -20,9 +20,6 @@ BUILTIN_ENVS = {
 }
 
 
-SMALL_MODEL_PARAMS = 50_000_000
-
-
 def set_threads(num_threads: int | None, model: torch.nn.Module | None = None) -> int:
     """Set torch's CPU threads deliberately: on few shared cores, oversubscription is ~30x slower.
 
@@ -31,8 +28,9 @@ def set_threads(num_threads: int | None, model: torch.nn.Module | None = None) -
     split between the ranks torchrun started on this machine.
     """
     if num_threads is None and model is not None:
-        if sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS:
-            num_threads = 1
+        from agentrl.engines.hf import default_threads
+
+        num_threads = default_threads(model, next(model.parameters()).device)
     local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "") or 1))
     n = num_threads or max(1, min(2, (os.cpu_count() or 1) // local_ranks))
     torch.set_num_threads(n)

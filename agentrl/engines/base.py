@@ -45,3 +45,13 @@ class Engine(Protocol):
         """The trainer took an optimizer step: sample from ``model``'s current weights from
         now on (in place; engines sharing the trainer's parameters only bump the version)."""
         ...
+
+
+def validate_request(prompts: list[list[int]], params: SamplingParams) -> None:
+    """Reject a request no engine can serve, with the fix in the message."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token id; an empty prompt has nothing to condition on "
+                         "(render a chat template or add a BOS token)")
+    if params.max_new_tokens < 0 or params.temperature < 0 or not 0 < params.top_p <= 1:
+        raise ValueError(f"invalid SamplingParams {params}: need max_new_tokens >= 0, temperature >= 0 "
+                         "and 0 < top_p <= 1")

@@ -25,7 +25,7 @@ import os
 import torch
 from torch import Tensor
 
-from agentrl.engines.base import Generation, SamplingParams
+from agentrl.engines.base import Generation, SamplingParams, validate_request
 from agentrl.engines.decode import FastDecoder, StockDecoder, make_decoder
 from agentrl.engines.prefix_cache import PrefixCache
 
@@ -157,19 +157,10 @@ class StopStrings:
         return out
 
 
-def _check_request(prompts: list[list[int]], params: SamplingParams) -> None:
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token id; an empty prompt has nothing to condition on "
-                         "(render a chat template or add a BOS token)")
-    if params.max_new_tokens < 0 or params.temperature < 0 or not 0 < params.top_p <= 1:
-        raise ValueError(f"invalid SamplingParams {params}: need max_new_tokens >= 0, temperature >= 0 "
-                         "and 0 < top_p <= 1")
-
-
 SMALL_MODEL_PARAMS = 50_000_000
 
 
-def _default_threads(model, device: torch.device) -> int | None:
+def default_threads(model, device: torch.device) -> int | None:
     """Torch threads while sampling: 1 for small models on CPU, else torch's own setting (None).
 
     A decode step of a small model is a few hundred tiny ops; OpenMP fan-out costs more than it
@@ -216,7 +207,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.policy_version = 0
         self.device = model.get_input_embeddings().weight.device
-        self.num_threads = num_threads if num_threads is not None else _default_threads(model, self.device)
+        self.num_threads = num_threads if num_threads is not None else default_threads(model, self.device)
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._decoder: FastDecoder | StockDecoder | None = None
         self.prefix_cache = PrefixCache(max_cached_tokens) if max_cached_tokens else None
@@ -289,7 +280,7 @@ class HFEngine:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (see ``agentrl.engines.base.Engine``)."""
-        _check_request(prompts, params)
+        validate_request(prompts, params)
         if not prompts:
             return []
         if params.max_new_tokens == 0:

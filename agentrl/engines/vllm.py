@@ -32,7 +32,7 @@ import os
 import time
 from typing import Any
 
-from agentrl.engines.base import Generation, SamplingParams
+from agentrl.engines.base import Generation, SamplingParams, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +73,7 @@ def row_seed(seed: int, row: int) -> int:
 
 def check_request(prompts: list[list[int]], params: SamplingParams, max_model_len: int) -> None:
     """The HF engine's request checks, plus vLLM's context limit."""
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token id; an empty prompt has nothing to condition on "
-                         "(render a chat template or add a BOS token)")
-    if params.max_new_tokens < 0 or params.temperature < 0 or not 0 < params.top_p <= 1:
-        raise ValueError(f"invalid SamplingParams {params}: need max_new_tokens >= 0, temperature >= 0 "
-                         "and 0 < top_p <= 1")
+    validate_request(prompts, params)
     longest = max((len(p) for p in prompts), default=0)
     if longest >= max_model_len:
         raise ValueError(f"a prompt has {longest} tokens, not below the engine's max_model_len={max_model_len}. "
