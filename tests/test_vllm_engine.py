@@ -155,8 +155,10 @@ def _trainer_scores(s: Setup, model, seq: list[int]) -> torch.Tensor:
     from agentrl.batching import collate, score_tokens
     from agentrl.types import Span, Trajectory
 
-    fixed = Trajectory(token_ids=seq, prompt_len=len(seq), loss_mask=[0] * len(seq), logprobs=[0.0] * len(seq),
-                       spans=[Span(0, len(seq), "prompt")], messages=[])
+    # every position after the first is "trained", so score_tokens scores all of them
+    fixed = Trajectory(token_ids=seq, prompt_len=1, loss_mask=[0] + [1] * (len(seq) - 1),
+                       logprobs=[0.0] * len(seq), spans=[Span(0, 1, "prompt"), Span(1, len(seq), "model")],
+                       messages=[])
     with torch.no_grad():
         return score_tokens(model, collate([fixed], [0], s.tokenizer.pad_token_id), 1.0)[0][0]
 
@@ -334,7 +336,8 @@ def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
 
     eng = setup.engine
     # an unfamiliar prompt: the 4 samples differ, so opposite advantages do not cancel
-    batch = _runner(setup, 1.0).run([Task(id="h", prompt="hello", answer="")], 4, system_prompt=SYSTEM, seed=3)
+    batch = _runner(setup, 1.5).run([Task(id="h", prompt="Tell me a story about a cat.", answer="")], 4,
+                                    system_prompt=SYSTEM, seed=3)
     trajs = batch.trajectories
     assert len({tuple(t.token_ids) for t in trajs}) > 1
     for i, t in enumerate(trajs):
@@ -344,7 +347,7 @@ def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
     opt = torch.optim.AdamW(trainer.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     _, filt = compute_advantages(trajs, algo)
-    stats = grpo_update(trainer, opt, sched, trajs, filt.keep.tolist(), algo, temperature=1.0,
+    stats = grpo_update(trainer, opt, sched, trajs, filt.keep.tolist(), algo, temperature=1.5,
                         micro_batch_tokens=4096, num_iterations=1, max_grad_norm=1.0,
                         pad_id=setup.tokenizer.pad_token_id, norm_len=512)
     # μ (vLLM's sampled log-probs) vs π_old (the trainer's): the off-policy mismatch metric
