@@ -25,8 +25,8 @@ from agentrl.config import ConfigError, load_config
 from agentrl.engines.scripted import ScriptedEngine
 from agentrl.env import Score
 from agentrl.envs.arithmetic import ArithmeticEnv
-from agentrl.producer import (RolloutProducer, oldest_allowed_version, resolve_async, split_stale,
-                              staleness_metrics)
+from agentrl.producer import (RolloutProducer, describe_async, oldest_allowed_version, resolve_async,
+                              split_stale, staleness_metrics, with_lines)
 from agentrl.tool import Tool, ToolContext
 from agentrl.types import Span, Trajectory, read_jsonl
 from agentrl.weight_sync import WeightSlots
@@ -89,6 +89,16 @@ def test_resolve_async():
         resolve_async(load_config(CI_CFG, ["train.max_staleness=1", "model.engine=vllm"]), 1)
     with pytest.raises(ConfigError, match=">= 0"):
         resolve_async(load_config(CI_CFG, ["train.max_staleness=-1"]), 1)
+
+
+def test_the_objective_block_states_the_data_flow():
+    block = "── objective ──\n IS weight   off\n────"
+    sync = with_lines(block, describe_async(load_config(CI_CFG), False))
+    assert sync.splitlines()[-2].startswith(" rollouts    synchronous") and sync.endswith("────")
+    cfg, defaulted = resolve_async(load_config(CI_CFG, ["train.max_staleness=2"]), 1)
+    text = "\n".join(describe_async(cfg, defaulted))
+    assert "max_staleness=2" in text and "<= 2" in text and "version s-3" in text
+    assert "no partial rollouts" in text and "min(π_old/μ, 2.0) at token level (defaulted" in text
 
 
 def test_weight_slots_never_write_the_slot_in_use():
