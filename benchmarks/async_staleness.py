@@ -15,16 +15,16 @@ From each run's ``metrics.jsonl``:
 - the staleness actually trained on, the truncated IS weight (mean, max, truncated share)
   and ``|log π_old - log μ|``.
 
-    python benchmarks/async_staleness.py                        # defaults below
-    python benchmarks/async_staleness.py --steps 30 --rounds 2 --set eval.num_tasks=100
-    python benchmarks/async_staleness.py --tool-delay 0.5       # a tool that waits, e.g. a remote one
+    python benchmarks/async_staleness.py --steps 30 --rounds 3  # the figures of docs/async.md
+    python benchmarks/async_staleness.py --steps 30 --tool-delay 0.5   # a tool that waits (a remote one)
 
 ``--tool-delay S`` makes every python call first wait S seconds without using the CPU (an
 asyncio sleep), as a remote sandbox or a web search would: the part of a rollout that an
 asynchronous trainer can hide even when the CPU is saturated.
 
-Without ``--config``: ``examples/arithmetic_tiny.yaml`` when present, else
-``examples/arithmetic_ci.yaml`` with its warm start switched on.
+Without ``--config``: ``examples/arithmetic_ci.yaml`` with ``RECIPE`` on top, the CPU
+example's recipe the figures of docs/async.md were measured with (``--config
+examples/arithmetic_tiny.yaml`` runs the example's current one).
 """
 
 from __future__ import annotations
@@ -88,11 +88,17 @@ class DelayedToolArithmetic(ArithmeticEnv):
                      timeout=inner.timeout)]
 
 
+RECIPE = [  # tiny model, tool-using warm start with 60% guesses, 16 prompts x 8 attempts
+    "model.num_threads=1", "env.args.num_train=2000", "env.args.num_test=200",
+    "warmstart.enabled=true", "warmstart.num_demos=2000", "warmstart.steps=500", "warmstart.lr=0.002",
+    "warmstart.batch_size=16", "warmstart.corruption=0.6", "rollout.max_turns=3", "rollout.max_new_tokens=64",
+    "rollout.max_total_tokens=512", "algo.num_samples=8", "optim.lr=0.0002", "optim.warmup_steps=10",
+    "train.prompts_per_step=16", "eval.every=0", "eval.num_tasks=200",
+]
+
+
 def default_config() -> tuple[Path, list[str]]:
-    tiny = ROOT / "examples" / "arithmetic_tiny.yaml"
-    if tiny.exists():
-        return tiny, []
-    return ROOT / "examples" / "arithmetic_ci.yaml", ["warmstart.enabled=true"]
+    return ROOT / "examples" / "arithmetic_ci.yaml", list(RECIPE)
 
 
 def _mean(rows: list[dict], key: str, default: float = 0.0) -> float:
@@ -153,7 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=None)
     ap.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--tool-delay", type=float, default=0.0, help="seconds each tool call waits first")
     ap.add_argument("--set", dest="overrides", nargs="*", default=[], help="extra key=value overrides")
