@@ -179,6 +179,14 @@ class ProducedBatch:
     swap_s: float  # taking the newest weights (slot swap, engine switch)
 
 
+def batch_metrics(batch: ProducedBatch, split: StalenessSplit, max_staleness: int) -> dict[str, float]:
+    """A step's ``async/*`` metrics: the staleness trained on and the rollout thread's side."""
+    m = staleness_metrics(split, max_staleness)
+    m.update({"async/sampler_version": float(batch.policy_version),
+              "async/producer_wait_s": batch.idle_s, "async/weight_swap_s": batch.swap_s})
+    return m
+
+
 @dataclass
 class _Failure:
     step: int

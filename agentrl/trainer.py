@@ -35,8 +35,7 @@ from agentrl.evaluate import EvalResult, evaluate, score_all
 from agentrl.metrics import MetricsWriter, plot_curves, truncate_metrics
 from agentrl.objective import describe_objective
 from agentrl.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
-from agentrl.producer import (ProducedBatch, RolloutProducer, StalenessSplit, describe_async, resolve_async,
-                              split_stale, staleness_metrics, with_lines)
+from agentrl.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
 from agentrl.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.types import Task, Trajectory, write_jsonl
 from agentrl.update import UpdateStats, compute_advantages, grpo_update
@@ -275,7 +274,7 @@ class Trainer:
             batch, waited = self.producer.next_batch(step)
             split = split_stale(batch.trajectories, self.engine.policy_version, cfg.train.max_staleness)
             trajs, timing = split.kept, batch.timing
-            extra = self._async_metrics(batch, split)
+            extra = batch_metrics(batch, split, cfg.train.max_staleness)
         if hasattr(self.engine, "sleep"):  # vLLM with enable_sleep_mode frees its GPU memory for the update
             self.engine.sleep()
         adv, filt = compute_advantages(trajs, cfg.algo)  # groups are whole on each rank
@@ -312,13 +311,6 @@ class Trainer:
         # the trainer idled waiting for data: the whole rollout when synchronous
         m["time/trainer_wait"] = waited
         m["time/trainer_wait_frac"] = waited / m["time/step"]
-        return m
-
-    def _async_metrics(self, batch: ProducedBatch, split: StalenessSplit) -> dict[str, float]:
-        """Staleness of the trained trajectories and the rollout thread's side of the step."""
-        m = staleness_metrics(split, self.cfg.train.max_staleness)
-        m.update({"async/sampler_version": float(batch.policy_version),
-                  "async/producer_wait_s": batch.idle_s, "async/weight_swap_s": batch.swap_s})
         return m
 
     # -- the loop -------------------------------------------------------------------------
