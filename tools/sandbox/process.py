@@ -215,6 +215,26 @@ def pump(
 def kill_uid(uid: int) -> int:
     """SIGKILL every process whose owner is ``uid``; repeat until none is left (a fork bomb
     forks while being killed). Returns how many were signalled."""
+    return _sweep(lambda pid: os.stat(f"/proc/{pid}").st_uid == uid and _alive(pid))
+
+
+def kill_marked(marker: str) -> int:
+    """SIGKILL own processes whose environment carries ``AGENTRL_SANDBOX_RUN=marker`` (best
+    effort when not root: code that scrubs its environment escapes this net)."""
+    needle = f"AGENTRL_SANDBOX_RUN={marker}".encode()
+    uid, me = os.getuid(), os.getpid()
+
+    def marked(pid: str) -> bool:
+        if int(pid) == me or os.stat(f"/proc/{pid}").st_uid != uid or not _alive(pid):
+            return False
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return needle in f.read()
+
+    return _sweep(marked)
+
+
+def _sweep(match: Callable[[str], bool]) -> int:
+    """SIGKILL every process whose pid ``match``es, rescanning /proc until a pass finds none."""
     total = 0
     for _ in range(50):
         found = 0
@@ -222,35 +242,9 @@ def kill_uid(uid: int) -> int:
             if not name.isdigit():
                 continue
             try:
-                if os.stat(f"/proc/{name}").st_uid == uid and _alive(name):
+                if match(name):
                     os.kill(int(name), signal.SIGKILL)
                     found += 1
-            except (OSError, ProcessLookupError):
-                pass
-        total += found
-        if not found:
-            break
-        time.sleep(0.002)
-    return total
-
-
-def kill_marked(marker: str) -> int:
-    """SIGKILL own processes whose environment carries ``AGENTRL_SANDBOX_RUN=marker`` (best
-    effort when not root: code that scrubs its environment escapes this net)."""
-    needle = f"AGENTRL_SANDBOX_RUN={marker}".encode()
-    uid, total = os.getuid(), 0
-    for _ in range(50):
-        found = 0
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == os.getpid():
-                continue
-            try:
-                if os.stat(f"/proc/{name}").st_uid != uid or not _alive(name):
-                    continue
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if needle in f.read():
-                        os.kill(int(name), signal.SIGKILL)
-                        found += 1
             except (OSError, ProcessLookupError):
                 pass
         total += found
