@@ -73,6 +73,13 @@ class Environment(Protocol):
         ...
 
 
+def select_split(splits: dict[str, list[Task]], split: str) -> list[Task]:
+    """A copy of one split's tasks, with one clear error for a split that does not exist."""
+    if split not in splits:
+        raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
+    return list(splits[split])
+
+
 def last_assistant_text(messages: list[Message]) -> str | None:
     """Content of the last assistant message, or None if the model never spoke."""
     for m in reversed(messages):

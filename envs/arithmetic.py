@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentrl.env import Score, Split, final_answer
+from agentrl.env import Score, Split, final_answer, select_split
 from agentrl.types import Message, Task, ToolCall
 
 if TYPE_CHECKING:
@@ -173,9 +173,7 @@ class ArithmeticEnv:
         return [python_tool(mode="fresh", timeout=self.tool_timeout)]
 
     def tasks(self, split: Split) -> list[Task]:
-        if split not in self._splits:
-            raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
-        return list(self._splits[split])
+        return select_split(self._splits, split)
 
     def score(self, task: Task, messages: list[Message]) -> Score:
         got = final_answer(messages)

@@ -48,7 +48,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentrl.env import Score, Split
+from agentrl.env import Score, Split, select_split
 from agentrl.envs.math_check import ANSWER_PATTERN, AnswerChecker, gsm8k_gold, last_boxed
 from agentrl.types import Message, Task
 
@@ -240,9 +240,7 @@ class MathEnv:
         return [python_tool(mode="fresh", timeout=self.tool_timeout)]
 
     def tasks(self, split: Split) -> list[Task]:
-        if split not in self._splits:
-            raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
-        return list(self._splits[split])
+        return select_split(self._splits, split)
 
     def score(self, task: Task, messages: list[Message]) -> Score:
         verdict = self.checker.check(messages, task.answer)

@@ -35,7 +35,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from agentrl.env import Score, Split, final_answer
+from agentrl.env import Score, Split, final_answer, select_split
 from agentrl.tools.corpus import Corpus, Document, resolve_corpus
 from agentrl.tools.search_index import STOPWORDS
 from agentrl.types import Message, Task, ToolCall
@@ -193,9 +193,7 @@ class SearchQAEnv:
         return list(self._tools)
 
     def tasks(self, split: Split) -> list[Task]:
-        if split not in self._splits:
-            raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
-        return list(self._splits[split])
+        return select_split(self._splits, split)
 
     def score(self, task: Task, messages: list[Message]) -> Score:
         got = final_answer(messages)
