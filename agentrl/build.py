@@ -50,6 +50,9 @@ def make_env(cfg: Config):
         cls = getattr(importlib.import_module(mod_name), cls_name)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"cannot import environment {target!r}: {e}") from e
+    if "tool_timeout" in cfg.env.args:
+        raise ConfigError("env.args.tool_timeout is no longer read: a tool call's time limit has one "
+                          "source, tools.timeout (e.g. `tools: {timeout: 10}`); move the value there")
     try:
         return cls(**cfg.env.args)
     except TypeError as e:
@@ -74,7 +77,7 @@ def resolve_model_path(cfg: Config, env=None) -> str:
         path = str(warm_start(path, env, num_demos=ws.num_demos, steps=ws.steps, lr=ws.lr,
                               batch_size=ws.batch_size, warmup_steps=ws.warmup_steps,
                               corruption=ws.corruption, corruption_kind=ws.corruption_kind,
-                              clean_steps=ws.clean_steps, seed=ws.seed))
+                              clean_steps=ws.clean_steps, seed=ws.seed, tool_timeout=cfg.tools.timeout))
     return path
 
 

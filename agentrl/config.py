@@ -47,7 +47,9 @@ class EnvConfig:
 
 @dataclass
 class ToolsConfig:
-    timeout: float = 10.0  # default per-call timeout (a tool's own setting wins)
+    # The time limit of one tool call, in seconds: the one place to set it in a run. The python
+    # sandbox enforces it on the code and tells the model; a tool built with its own timeout wins.
+    timeout: float = 10.0
     max_output_tokens: int = 256  # tool observations are capped to this many tokens
 
 
@@ -216,6 +218,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return dict(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        # YAML 1.1 reads ``1e-6`` (no dot) as a string; everyone writes it, so accept any
+        # float literal Python accepts, from files and overrides alike.
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{where}: expected float, got str {value!r}") from None
     if tp is bool and not isinstance(value, bool):
         raise ConfigError(f"{where}: expected true/false, got {value!r}")
     if tp in (int, float) and isinstance(value, bool):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import inspect
 import json
 import logging
@@ -97,7 +98,14 @@ class Tool:
 
     ``parameters`` may be passed to replace the schema derived from the type hints (the
     arguments are then validated against it as given).
+
+    ``timeout`` is the tool's time limit in seconds; None takes the ToolBox's
+    ``default_timeout`` (in a run: ``tools.timeout``), bound when the ToolBox is built.
     """
+
+    # Seconds the ToolBox's wall-clock backstop adds to ``timeout``: 0 for tools the ToolBox
+    # stops itself; a tool that enforces its own limit (the sandbox) adds its queueing time.
+    backstop_slack: float = 0.0
 
     def __init__(
         self,
@@ -131,6 +139,12 @@ class Tool:
         self.__doc__ = fn.__doc__
         self.__name__ = self.name
         self.__wrapped__ = fn
+
+    def with_timeout(self, seconds: float) -> "Tool":
+        """This tool with a time limit of ``seconds`` (what the ToolBox binds a None to)."""
+        bound = copy.copy(self)
+        bound.timeout = seconds
+        return bound
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the original function directly (no validation, no timeout)."""
@@ -213,6 +227,8 @@ class ToolBox:
         self.tools: dict[str, Tool] = {}
         for t in tools:
             t = t if isinstance(t, Tool) else Tool(t)
+            if t.timeout is None and default_timeout is not None:
+                t = t.with_timeout(default_timeout)  # one limit per tool, fixed before the first call
             if t.name in self.tools:
                 raise ValueError(f"two tools are named {t.name!r}; rename one with @tool(name='...')")
             self.tools[t.name] = t
@@ -254,7 +270,7 @@ class ToolBox:
         problems = t.argument_errors(arguments)
         if problems:
             return done(f"Error: invalid arguments for tool '{t.name}': {'; '.join(problems[:5])}. {expected}", "invalid_arguments")
-        timeout = t.timeout if t.timeout is not None else self.default_timeout
+        timeout = None if t.timeout is None else t.timeout + t.backstop_slack
         try:
             content = await _with_timeout(t.invoke(coerce_integers(arguments, t.parameters), context), timeout)
         except ToolTimeout:

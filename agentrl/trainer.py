@@ -330,7 +330,7 @@ class Trainer:
         cfg = self.cfg
         self.log(with_lines(describe_objective(cfg), describe_async(cfg, self._is_defaulted)))
         self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}")
-        iso = {getattr(t, "isolation_level", None) for t in self.env.tools()} - {None}
+        iso = {getattr(t, "isolation_level", None) for t in self.runner.toolbox.tools.values()} - {None}
         if iso:
             self.log(f"tool isolation: {', '.join(sorted(iso))}")
         first = final = None

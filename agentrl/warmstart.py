@@ -401,13 +401,15 @@ def cache_key(base_model_dir: Path, demos: list[Demonstration], tools: list[dict
 def warm_start(base_model_dir: str | Path, env: "Environment", *, num_demos: int = 2000, steps: int = 500,
                lr: float = 2e-3, batch_size: int = 16, warmup_steps: int = 20, corruption: float = 0.75,
                corruption_kind: str = "guess", clean_steps: int | None = None, seed: int = 0,
-               cache_dir: str | Path | None = None,
+               cache_dir: str | Path | None = None, tool_timeout: float = 10.0,
                template: str | None = None, num_threads: int | None = None, log=print) -> Path:
     """SFT ``base_model_dir`` on ``env``'s (partly corrupted) demonstrations; returns the HF dir.
 
     Cached under ``<cache_dir>/warmstart-<key>`` (default cache: ``agentrl.models.tiny.
     default_cache_dir()``); a second call with the same inputs returns the same path without
     training. ``num_threads`` sets torch's CPU threads for the SFT (restored after).
+``tool_timeout`` is the run's ``tools.timeout``: the tool descriptions in the demonstrations'
+prompts are the ones the run will show.
 
     >>> from agentrl.envs.arithmetic import ArithmeticEnv            # doctest: +SKIP
     >>> from agentrl.models.tiny import ensure_tiny_model            # doctest: +SKIP
@@ -419,6 +421,7 @@ def warm_start(base_model_dir: str | Path, env: "Environment", *, num_demos: int
 
     from agentrl.chat import ChatTemplate
     from agentrl.models.tiny import default_cache_dir
+    from agentrl.tool import ToolBox
 
     base = Path(base_model_dir)
     if not (base / "config.json").exists():
@@ -428,7 +431,7 @@ def warm_start(base_model_dir: str | Path, env: "Environment", *, num_demos: int
                            warmup_steps=warmup_steps, corruption=corruption, corruption_kind=corruption_kind,
                            clean_steps=clean_steps, seed=seed)
     demos = make_demonstrations(env, settings)
-    tools = [t.schema() for t in env.tools()] or None
+    tools = ToolBox(env.tools(), default_timeout=tool_timeout).schemas() or None
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / f"warmstart-{cache_key(base, demos, tools, settings, template)}"
     if (final / "config.json").exists():

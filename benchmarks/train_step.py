@@ -123,7 +123,7 @@ def _widen_tool_pool(trainer: Trainer, size: int) -> None:
     from agentrl.tools.python import python_tool
 
     box = trainer.runner.toolbox
-    tool = python_tool(mode="fresh", timeout=trainer.env.tool_timeout, max_concurrency=size)
+    tool = python_tool(mode="fresh", max_concurrency=size)  # the time limit: the ToolBox's default
     trainer.runner.toolbox = ToolBox([tool], tokenizer=box.tokenizer, default_timeout=box.default_timeout,
                                      max_output_tokens=box.max_output_tokens)
 

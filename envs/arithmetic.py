@@ -124,7 +124,6 @@ class ArithmeticEnv:
         families: name -> pattern (see module docstring); defaults to ``DEFAULT_FAMILIES``.
         use_tool: False gives the control condition: no tools offered, a system prompt
             that does not mention one.
-        tool_timeout: seconds per python call.
         answer_width: demonstrations print the result zero-padded to this many digits
             (``print(str(x).zfill(8))``) and copy it as is (``<answer>00045408</answer>``,
             which the checker reads as 45408). Why: a ~1M-parameter model learns to copy
@@ -138,7 +137,7 @@ class ArithmeticEnv:
 
     def __init__(self, seed: int = 0, num_train: int = 5000, num_test: int = 200,
                  families: dict[str, str] | None = None, use_tool: bool = True,
-                 tool_timeout: float = 10.0, answer_width: int | None = 8):
+                 answer_width: int | None = 8):
         self.families = dict(families if families is not None else DEFAULT_FAMILIES)
         if not self.families:
             raise ValueError("families is empty; pass at least one, e.g. {'mul_4x3': '{4}*{3}'}")
@@ -150,7 +149,6 @@ class ArithmeticEnv:
             raise ValueError("num_train and num_test must be >= 0")
         self.seed = seed
         self.use_tool = use_tool
-        self.tool_timeout = tool_timeout
         if answer_width is not None and answer_width < 1:
             raise ValueError(f"answer_width={answer_width}; use a positive width or None")
         self.answer_width = answer_width
@@ -170,7 +168,7 @@ class ArithmeticEnv:
             return []
         from agentrl.tools.python import python_tool  # lazy: the env imports without the tool
 
-        return [python_tool(mode="fresh", timeout=self.tool_timeout)]
+        return [python_tool(mode="fresh")]  # time limit: the ToolBox's (tools.timeout)
 
     def tasks(self, split: Split) -> list[Task]:
         return select_split(self._splits, split)

@@ -115,7 +115,6 @@ class HumanEvalEnv:
         test_fraction: float = 0.25,
         seed: int = 0,
         tool_mode: str = "stateful",
-        tool_timeout: float = 10.0,
         checker: CodeChecker | None = None,
     ) -> None:
         if problems is not None and path is not None:
@@ -128,7 +127,6 @@ class HumanEvalEnv:
         n_test = round(test_fraction * len(order))
         self._split = {"test": sorted(order[:n_test]), "train": sorted(order[n_test:])}
         self.tool_mode = tool_mode
-        self.tool_timeout = tool_timeout
         self._checker = checker
 
     @property
@@ -140,7 +138,7 @@ class HumanEvalEnv:
     def tools(self) -> list["Tool"]:
         from agentrl.tools.python import python_tool
 
-        return [python_tool(mode=self.tool_mode, timeout=self.tool_timeout)]
+        return [python_tool(mode=self.tool_mode)]  # time limit: the ToolBox's (tools.timeout)
 
     def tasks(self, split: Split) -> list[Task]:
         if split not in self._split:

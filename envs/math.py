@@ -194,7 +194,6 @@ class MathEnv:
         max_train, max_test: keep only the first N tasks of a split.
         answer_tag: the answer tag (None: ``\\boxed{}`` is the prompted format).
         use_tool: False gives the no-tool control (no tools, a prompt without one).
-        tool_timeout: seconds per python call.
         check_timeout: seconds math-verify may spend per parse/comparison.
         use_math_verify: False keeps numeric and string comparison only.
         system_prompt: replaces the default prompt.
@@ -204,11 +203,10 @@ class MathEnv:
 
     def __init__(self, train: str = BUILTIN, test: str | None = None, num_test: int = 20, seed: int = 0,
                  hf_config: str | None = None, max_train: int | None = None, max_test: int | None = None,
-                 answer_tag: str | None = "answer", use_tool: bool = True, tool_timeout: float = 10.0,
+                 answer_tag: str | None = "answer", use_tool: bool = True,
                  check_timeout: int = 5, use_math_verify: bool = True, system_prompt: str | None = None):
         self.checker = AnswerChecker(tag=answer_tag, use_math_verify=use_math_verify, timeout=check_timeout)
         self.use_tool = use_tool
-        self.tool_timeout = tool_timeout
         fmt = f"<{answer_tag}></{answer_tag}>, e.g. <{answer_tag}>42</{answer_tag}>" if answer_tag \
             else "\\boxed{}, e.g. \\boxed{42}"
         template = SYSTEM_PROMPT_TOOL if use_tool else SYSTEM_PROMPT_NO_TOOL
@@ -237,7 +235,7 @@ class MathEnv:
             return []
         from agentrl.tools.python import python_tool  # lazy: the env imports without the tool
 
-        return [python_tool(mode="fresh", timeout=self.tool_timeout)]
+        return [python_tool(mode="fresh")]  # time limit: the ToolBox's (tools.timeout)
 
     def tasks(self, split: Split) -> list[Task]:
         return select_split(self._splits, split)

@@ -16,7 +16,12 @@ to, and a policy under RL learns to exploit it.
 
 - ``numeric``: both sides are plain numbers, possibly with thousands commas, a currency sign,
   ``%``, trailing unit words (``18 dollars``, ``5 hours``), ``a/b`` or ``\frac{a}{b}``.
-  Compared exactly as fractions, within 1e-6 relative. A percent on one side only also matches
+  Compared exactly as fractions: whole numbers and fractions must match exactly
+  (``1000001`` != ``1000000``). A reference written with decimals is matched to its own
+  precision (gold ``3.14`` accepts ``3.1416``: within half a unit of its last digit; gold
+  ``0.333`` accepts ``1/3``); a fractional gold accepts a decimal answer within 1e-6
+  relative (``1/3`` accepts ``0.333333``, not ``0.33``). A percent
+  on one side only also matches
   the value / 100 (``25%`` == ``0.25``); ``25%`` == ``25`` (GSM8K golds omit the sign).
   Scale words (``thousand``, ``dozen``) and single letters other than m, g, s, h, l
   (``x``, ``i``, ``e``: variables) are not units.
@@ -157,10 +162,12 @@ def gsm8k_gold(answer: str) -> str:
 
 @dataclass(frozen=True)
 class Number:
-    """A plain numeric answer: its exact value and whether it carried a percent sign."""
+    """A plain numeric answer: its exact value, whether it carried a percent sign, and how
+    many digits it was written with after the decimal point (its precision as a reference)."""
 
     value: Fraction
     percent: bool = False
+    decimals: int = 0
 
 
 _NOT_UNITS = {"pi", "and", "or", "plus", "minus", "times", "over", "divided", "by", "squared",
@@ -192,7 +199,7 @@ def parse_number(text: str) -> Number | None:
     r"""The number a plain numeric answer denotes, or None if it is anything more.
 
     >>> parse_number("$1,234.50"), parse_number(r"\frac{3}{4} cup"), parse_number("2 thousand")
-    (Number(value=Fraction(2469, 2), percent=False), Number(value=Fraction(3, 4), percent=False), None)
+    (Number(value=Fraction(2469, 2), percent=False, decimals=2), Number(value=Fraction(3, 4), percent=False, decimals=0), None)
     """
     s = _strip_delims(text)
     for pattern, repl in _DECOR:
@@ -212,26 +219,36 @@ def parse_number(text: str) -> Number | None:
     value = num / den
     if "-" in (m["s1"] + m["s2"]):
         value = -value
-    return Number(value, percent=m["pct"] is not None)
+    decimals = len(m["n"].partition(".")[2]) if m["n"] is not None else 0
+    return Number(value, percent=m["pct"] is not None, decimals=decimals)
 
 
-def numbers_equal(answer: Number, gold: Number, rel_tol: Fraction = Fraction(1, 10**6)) -> bool:
-    """Exact or within ``rel_tol`` (relative, absolute below 1); percent on one side only
-    also matches value/100.
+def numbers_equal(answer: Number, gold: Number) -> bool:
+    """Equal as fractions, to the precision the reference is written with; percent on one
+    side only also matches value/100.
 
-    >>> numbers_equal(Number(Fraction(25), True), Number(Fraction(1, 4)))
+    |a - g| <= tol, where tol = 10^-d / 2 for a gold written with d decimals; for a fractional
+    gold (1/3) and an answer written with decimals 1e-6 * |g|; 0 for a whole-number gold. Scaled by 1/100 when the gold's percent is dropped.
+
+    >>> numbers_equal(Number(Fraction(25), True), Number(Fraction(1, 4), decimals=2))
+    True
+    >>> numbers_equal(Number(Fraction(1000001)), Number(Fraction(1000000)))
+    False
+    >>> numbers_equal(Number(Fraction(31416, 10000), decimals=4), Number(Fraction(314, 100), decimals=2))
     True
     """
-
-    def close(a: Fraction, b: Fraction) -> bool:
-        return abs(a - b) <= rel_tol * max(1, abs(b))
-
-    if close(answer.value, gold.value):
+    if gold.decimals:
+        tol = Fraction(1, 2 * 10**gold.decimals)
+    elif gold.value.denominator != 1 and answer.decimals:
+        tol = abs(gold.value) / 10**6
+    else:
+        tol = Fraction(0)
+    if abs(answer.value - gold.value) <= tol:
         return True
     if answer.percent and not gold.percent:
-        return close(answer.value / 100, gold.value)
+        return abs(answer.value / 100 - gold.value) <= tol
     if gold.percent and not answer.percent:
-        return close(answer.value, gold.value / 100)
+        return abs(answer.value - gold.value / 100) <= tol / 100
     return False
 
 

@@ -8,10 +8,7 @@ import pytest
 
 from agentrl.chat import ChatTemplate, TemplateError, encode_literal, parse_hermes, parse_llama3_json
 from agentrl.types import Message, ToolCall
-
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-TEMPLATES = FIX / "chat_templates"
-pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="shared fixtures absent")
+from fixture_paths import QWEN25, QWEN3, TEMPLATES, TOKENIZERS
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -32,13 +29,13 @@ TRICKY = [HOSTILE, "<|endoftext|><think></think><tool_response>", "emoji 👩‍
 @pytest.fixture(scope="module")
 def qwen25():
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(FIX / "tokenizers" / "qwen2.5")
+    return AutoTokenizer.from_pretrained(QWEN25)
 
 
 @pytest.fixture(scope="module")
 def qwen3():
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(FIX / "tokenizers" / "qwen3")
+    return AutoTokenizer.from_pretrained(QWEN3)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +44,7 @@ def llama3():
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    conv = TikTokenConverter(vocab_file=str(FIX / "tokenizers" / "llama3" / "tokenizer.model"),
+    conv = TikTokenConverter(vocab_file=str(TOKENIZERS / "llama3" / "tokenizer.model"),
                              pattern=LLAMA3_PATTERN, extra_special_tokens=LLAMA3_SPECIAL)
     return PreTrainedTokenizerFast(tokenizer_object=conv.converted(), bos_token="<|begin_of_text|>",
                                    eos_token="<|end_of_text|>")
@@ -58,7 +55,7 @@ def mistral():
     pytest.importorskip("sentencepiece")
     pytest.importorskip("google.protobuf")
     from transformers import LlamaTokenizer
-    return LlamaTokenizer.from_pretrained(FIX / "tokenizers" / "mistral-v3", legacy=False)
+    return LlamaTokenizer.from_pretrained(TOKENIZERS / "mistral-v3", legacy=False)
 
 
 def llama31() -> str:

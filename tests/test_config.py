@@ -29,6 +29,16 @@ def test_int_accepted_for_float_and_null_for_optional():
     assert cfg.algo.dual_clip is None
 
 
+def test_exponent_floats_without_a_dot_are_floats(tmp_path):
+    cfg = load_config(None, ["optim.lr=1e-6", "algo.std_floor=5E-3"])
+    assert cfg.optim.lr == 1e-6 and isinstance(cfg.optim.lr, float) and cfg.algo.std_floor == 5e-3
+    p = tmp_path / "c.yaml"
+    p.write_text("optim:\n  lr: 3e-5\n")
+    assert load_config(p).optim.lr == 3e-5
+    with pytest.raises(ConfigError, match="optim.lr: expected float, got str 'fast'"):
+        load_config(None, ["optim.lr=fast"])
+
+
 @pytest.mark.parametrize("override, needle", [
     (["algo.nope=1"], "valid keys here: num_samples"),
     (["nosection.x=1"], "unknown config key 'nosection'"),

@@ -17,10 +17,10 @@ import pytest
 from agentrl.inspect.cli import run_inspect
 from agentrl.inspect.demo import known_example, long_trajectory
 from agentrl.types import Trajectory, write_jsonl
+from fixture_paths import QWEN25 as QWEN
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tokenizers" / "qwen2.5"
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,

@@ -17,8 +17,8 @@ from agentrl.inspect.scan import scan
 from agentrl.inspect.sources import find_sources
 from agentrl.inspect.svg import line_chart_svg
 from agentrl.types import SPAN_KINDS, Trajectory, write_jsonl
+from fixture_paths import QWEN25 as QWEN
 
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tokenizers" / "qwen2.5"
 DATA_RE = re.compile(r'<script type="application/json" id="agentrl-data">(.*?)</script>', re.DOTALL)
 
 
@@ -111,8 +111,6 @@ def test_untrusted_tool_text_cannot_break_out_of_the_page(tmp_path):
 
 
 def test_qwen_tokenizer_text_is_embedded(tmp_path):
-    if not QWEN.is_dir():
-        pytest.skip(f"tokenizer fixture absent: {QWEN}")
     from transformers import AutoTokenizer
 
     from agentrl.inspect.demo import arithmetic_group

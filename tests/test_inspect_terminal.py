@@ -14,8 +14,8 @@ from agentrl.inspect.demo import arithmetic_group, known_example
 from agentrl.inspect.loader import Record
 from agentrl.inspect.terminal import make_console, print_trajectory, safe_text
 from agentrl.types import write_jsonl
+from fixture_paths import QWEN25 as QWEN
 
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tokenizers" / "qwen2.5"
 
 
 def render(decoding: Decoding, color: bool = False, **record_kw) -> str:
@@ -89,8 +89,6 @@ def test_control_characters_from_tools_are_escaped():
 
 
 def test_cli_with_qwen_tokenizer_decodes_tokens(tmp_path, capsys):
-    if not QWEN.is_dir():
-        pytest.skip(f"tokenizer fixture absent: {QWEN}")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(QWEN))
@@ -107,8 +105,6 @@ def test_cli_with_qwen_tokenizer_decodes_tokens(tmp_path, capsys):
 
 
 def test_cli_finds_tokenizer_named_in_run_config(tmp_path, capsys):
-    if not QWEN.is_dir():
-        pytest.skip(f"tokenizer fixture absent: {QWEN}")
     ex = known_example()
     (tmp_path / "rollouts").mkdir()
     write_jsonl(str(tmp_path / "rollouts" / "step_000001.jsonl"), [ex.trajectory])

@@ -25,6 +25,8 @@ pytest.importorskip("math_verify")
 
 # (model's extracted answer, gold, method that decides)
 EQUIVALENT = [
+    ("3.1416", "3.14", "numeric"),  # a decimal reference is matched to its own precision
+    ("1/3", "0.333", "numeric"),
     ("1,234", "1234", "numeric"),
     ("1234", "1,234", "numeric"),
     ("$1,234.00", "1234", "numeric"),
@@ -65,6 +67,9 @@ NOT_EQUIVALENT = [
     ("1,235", "1234", "numeric"),
     ("-5", "5", "numeric"),
     ("0.33", "1/3", "numeric"),
+    ("1000001", "1000000", "numeric"),  # whole numbers match exactly, however large
+    ("1000000.4", "1000000", "numeric"),
+    ("3.15", "3.14", "numeric"),  # outside half a unit of the reference's last digit
     ("18", "1.8", "numeric"),
     ("25", "0.25", "numeric"),  # no percent sign: 25 is not a quarter
     ("1234.5", "1234", "numeric"),

@@ -21,16 +21,18 @@ from agentrl.tools.sandbox.result import ExecResult
 CFG = SandboxConfig(timeout=3.0, uid_base=1_700_000, uid_count=512)
 
 
-@pytest.fixture(scope="module")
-def ex() -> LocalExecutor:
-    return LocalExecutor(CFG)
-
-
 def executor_at(level: str) -> LocalExecutor:
     try:
         return LocalExecutor(dataclasses.replace(CFG, isolation=level))
     except RuntimeError as exc:
         pytest.skip(f"isolation level {level} not available here: {exc}")
+
+
+@pytest.fixture(scope="module", params=LEVELS)
+def ex(request: pytest.FixtureRequest) -> LocalExecutor:
+    """Every observation and limit test runs at each isolation level this machine offers: a
+    machine with bubblewrap still tests the fallbacks a user without it gets."""
+    return executor_at(request.param)
 
 
 def run(coro):  # noqa: ANN001, ANN201
@@ -134,6 +136,27 @@ def test_tool_schema_and_level() -> None:
     assert fn["name"] == "python" and fn["parameters"]["required"] == ["code"]
     assert set(fn["parameters"]["properties"]) == {"code"} and fn["parameters"]["additionalProperties"] is False
     assert t.isolation_level in LEVELS and "3s" in fn["description"]
+
+
+def test_config_given_is_kept_and_arguments_override_one_field() -> None:
+    t = python_tool(config=SandboxConfig(timeout=30, memory_mb=512))
+    assert t.timeout == 30 and t.executor.config.timeout == 30 and "30s" in t.description
+    assert t.executor.config.memory_mb == 512
+    t = python_tool(config=SandboxConfig(timeout=30, memory_mb=512), memory_mb=256)
+    assert t.executor.config.timeout == 30 and t.executor.config.memory_mb == 256
+
+
+def test_time_limit_has_one_source_the_toolbox_default_unless_the_tool_sets_one() -> None:
+    inherited = ToolBox([python_tool()], default_timeout=2).tools["python"]
+    assert inherited.timeout == 2 and inherited.executor.config.timeout == 2 and "2s" in inherited.description
+    assert inherited.schema()["function"]["description"] == inherited.description
+    own = ToolBox([python_tool(timeout=3)], default_timeout=30).tools["python"]
+    assert own.timeout == 3 and own.executor.config.timeout == 3
+    box = ToolBox([python_tool()], default_timeout=1)
+    start = time.perf_counter()
+    r = run(box.execute("python", {"code": "import time; time.sleep(30)"}, box.new_context("t")))
+    assert "[stopped: the code ran past the 1s time limit]" in r.content
+    assert time.perf_counter() - start < 1 + 2
 
 
 def test_tool_timeout_comes_from_config_not_arguments() -> None:

@@ -13,10 +13,7 @@ from agentrl.engines.scripted import ScriptedEngine
 from agentrl.rollout import RolloutConfig, RolloutRunner
 from agentrl.tool import ToolBox, tool
 from agentrl.types import Task, Trajectory
-
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-QWEN25 = FIXTURES / "tokenizers" / "qwen2.5"
-pytestmark = pytest.mark.skipif(not QWEN25.exists(), reason="shared fixtures not present")
+from fixture_paths import QWEN25, TEMPLATES
 
 
 @tool

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import private_mount
 import pytest
 
 from agentrl.tools.sandbox import LocalExecutor, SandboxConfig
@@ -479,9 +480,8 @@ def run_in_private_mount_namespace(body: str, as_uid: int | None = None) -> str:
     """Run a Python script where /root (unreadable to other users on this host, and home of
     its Python) is hidden and the interpreter bound back, in a private mount namespace:
     nothing changes on the host. Optionally as an unprivileged uid. Returns its stdout."""
-    if not ROOT or subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+    if not private_mount.available():
         pytest.skip("needs root and mount namespaces")
-    prefix = os.path.realpath(sys.base_prefix)
     work = Path(tempfile.mkdtemp(prefix="agentrl-nsrun-"))
     try:
         os.chmod(work, 0o755)
@@ -489,13 +489,11 @@ def run_in_private_mount_namespace(body: str, as_uid: int | None = None) -> str:
         script.write_text(body)
         stage = work / "stage"
         stage.mkdir()
-        hide = (f"mount --bind {prefix} {stage} && mount -t tmpfs -o mode=0755 tmpfs /root && mkdir -p {prefix} "
-                f"&& mount --move {stage} {prefix}")
         user = f"setpriv --reuid {as_uid} --regid {as_uid} --clear-groups -- " if as_uid is not None else ""
-        cmd = f"mount --make-rprivate / && {hide} && cd / && exec {user}{sys.executable} {script}"
+        argv = private_mount.shell_command(f"cd / && exec {user}{sys.executable} {script}", str(stage))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
                "HOME": "/tmp", "AGENTRL_TEST_SECRET": SECRET}
-        done = subprocess.run(["unshare", "--mount", "sh", "-c", cmd], capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     finally:
         subprocess.run(["rm", "-rf", str(work)])
     assert done.returncode == 0, done.stdout + done.stderr

@@ -7,11 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.template_check import check_prefix_preservation, run_check_template
-
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-TEMPLATES = FIX / "chat_templates"
-QWEN25, QWEN3 = FIX / "tokenizers" / "qwen2.5", FIX / "tokenizers" / "qwen3"
-pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="shared fixtures absent")
+from fixture_paths import QWEN25, QWEN3, TEMPLATES
 
 ONE_CALL_PER_TURN = "one call per turn"
 CALLS_NOT_RENDERED = "does not render the assistant's tool calls"

@@ -11,9 +11,8 @@ import torch
 
 from agentrl.models.tiny import (SPECIAL_TOKENS, TAG_TOKENS, build_tiny_model, default_chat_template,
                                  ensure_tiny_model)
+from fixture_paths import QWEN25, TEMPLATES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-QWEN25 = FIXTURES / "tokenizers" / "qwen2.5"
 
 
 @pytest.fixture(autouse=True)
@@ -166,7 +165,6 @@ def test_ensure_tiny_model_builds_once_per_config(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (QWEN25 / "vocab.json").exists(), reason="qwen2.5 tokenizer fixture missing")
 def test_build_over_the_qwen25_tokenizer(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -175,7 +173,7 @@ def test_build_over_the_qwen25_tokenizer(tmp_path):
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
     assert len(tok) == model.config.vocab_size == 151665
-    official = FIXTURES / "chat_templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
+    official = TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
     if official.exists():
         assert tok.chat_template == official.read_text()
     im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])

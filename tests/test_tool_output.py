@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from agentrl.tool import ToolBox, ToolContext, cap_tokens, tool
-
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-QWEN = FIXTURES / "tokenizers" / "qwen2.5"
+from fixture_paths import QWEN25 as QWEN
 
 
 def run(coro: Any) -> Any:
@@ -20,8 +18,6 @@ def run(coro: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def qwen() -> Any:
-    if not QWEN.exists():
-        pytest.skip(f"tokenizer fixture missing: {QWEN}")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(QWEN))

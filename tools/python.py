@@ -20,7 +20,7 @@ Example::
     from agentrl.tool import ToolBox
     from agentrl.tools.python import python_tool
 
-    box = ToolBox([python_tool(timeout=5)])
+    box = ToolBox([python_tool(timeout=5)])   # or ToolBox([python_tool()], default_timeout=5)
     ctx = box.new_context("t0")
     assert asyncio.run(box.execute("python", {"code": "print(6 * 7)"}, ctx)).content == "42\\n"
 """
@@ -45,30 +45,47 @@ _QUEUE_SLACK_S = 60.0
 
 
 class PythonTool(Tool):
-    """The ``python`` tool; build with :func:`python_tool`."""
+    """The ``python`` tool; build with :func:`python_tool`.
+
+    Its ``timeout`` is the limit on the code itself, enforced inside the sandbox (the model is
+    told "[stopped: the code ran past the Ns time limit]"); the ToolBox's wall-clock backstop
+    adds ``backstop_slack`` for the wait for a pool slot.
+    """
 
     isolation_level: str
     backend: str
     mode: str
+    backstop_slack = _QUEUE_SLACK_S
+
+    def with_timeout(self, seconds: float) -> "PythonTool":
+        """The same tool with a time limit of ``seconds`` (sandbox and description rebuilt)."""
+        return python_tool(**{**self._settings, "timeout": seconds})
 
 
 def python_tool(
     *,
     backend: str = "local",
     mode: str = "fresh",
-    timeout: float = 10.0,
-    max_output_chars: int = 4000,
-    memory_mb: int = 1024,
-    isolation: IsolationRequest = "auto",
-    site_packages: bool = False,
+    timeout: float | None = None,
+    max_output_chars: int | None = None,
+    memory_mb: int | None = None,
+    isolation: IsolationRequest | None = None,
+    site_packages: bool | None = None,
     max_concurrency: int | None = None,
     config: SandboxConfig | None = None,
     e2b_template: str | None = None,
 ) -> PythonTool:
     """The ``python`` tool (argument ``code: str``), returning stdout + stderr as text.
 
-    ``config`` gives every local-sandbox limit at once (then ``timeout``, ``max_output_chars``,
-    ``memory_mb``, ``isolation``, ``site_packages`` and ``max_concurrency`` override its fields).
+    ``config`` gives every local-sandbox limit at once; an argument given here overrides that
+    one field, an argument left as None keeps the config's value (default
+    :class:`SandboxConfig`: 10 s, 4000 chars, 1024 MB, ``isolation="auto"``).
+
+    The time limit has one source: ``timeout`` (or ``config.timeout``) when given, else the
+    ToolBox's ``default_timeout`` — in a run, the config key ``tools.timeout``. A tool built
+    with neither (as the built-in environments build it) takes the ToolBox's limit, and its
+    description shows that limit.
+
     ``site_packages=True`` lets the code import the packages installed next to agentrl (numpy...);
     it costs startup time in fresh mode. Raises at construction when the backend cannot work
     here (no isolation level available, no E2B key), so a run fails before training starts.
@@ -77,15 +94,20 @@ def python_tool(
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    cfg = dataclasses.replace(
-        config or SandboxConfig(), timeout=timeout, max_output_chars=max_output_chars, memory_mb=memory_mb,
-        isolation=isolation, site_packages=site_packages, max_concurrency=max_concurrency,
-    )
-    description = _description(mode, timeout)
+    settings = dict(backend=backend, mode=mode, timeout=timeout, max_output_chars=max_output_chars,
+                    memory_mb=memory_mb, isolation=isolation, site_packages=site_packages,
+                    max_concurrency=max_concurrency, config=config, e2b_template=e2b_template)
+    overrides = {k: v for k, v in settings.items()
+                 if k in ("timeout", "max_output_chars", "memory_mb", "isolation", "site_packages", "max_concurrency")
+                 and v is not None}
+    cfg = dataclasses.replace(config or SandboxConfig(), **overrides)
+    # Whether the limit was chosen here (then it wins over the ToolBox's default) or inherited.
+    own_limit = cfg.timeout if (timeout is not None or config is not None) else None
+    description = _description(mode, cfg.timeout)
     if backend == "e2b":
         from .sandbox.e2b import E2BExecutor
 
-        remote = E2BExecutor(timeout, max_output_chars, mode, template=e2b_template)
+        remote = E2BExecutor(cfg.timeout, cfg.max_output_chars, mode, template=e2b_template)
 
         async def python_e2b(code: str, ctx: ToolContext) -> str:
             box = ctx.state.get("python_e2b")
@@ -94,7 +116,7 @@ def python_tool(
                 ctx.on_close(box.kill)
             return await remote.run(box, code)
 
-        return _make(python_e2b, description, timeout, remote.isolation_level, backend, mode)
+        return _make(python_e2b, description, own_limit, remote.isolation_level, settings)
 
     local = LocalExecutor(cfg)
 
@@ -107,19 +129,20 @@ def python_tool(
             ctx.on_close(session.close)
         return (await session.arun(code)).observation()
 
-    t = _make(python, description, timeout, local.isolation_level, backend, mode)
+    t = _make(python, description, own_limit, local.isolation_level, settings)
     t.executor = local  # type: ignore[attr-defined]
     return t
 
 
-def _make(fn: Any, description: str, timeout: float, level: str, backend: str, mode: str) -> PythonTool:
+def _make(fn: Any, description: str, timeout: float | None, level: str, settings: dict[str, Any]) -> PythonTool:
     fn.__doc__ = f"""{description}
 
         Args:
             code: Python source code to run.
         """
-    t = PythonTool(fn, name="python", description=description, timeout=timeout + _QUEUE_SLACK_S)
-    t.isolation_level, t.backend, t.mode = level, backend, mode
+    t = PythonTool(fn, name="python", description=description, timeout=timeout)
+    t.isolation_level, t.backend, t.mode = level, settings["backend"], settings["mode"]
+    t._settings = settings
     return t
 
 

@@ -7,7 +7,7 @@ Example::
 
     from agentrl.tools.sandbox import SandboxConfig
     cfg = SandboxConfig(timeout=5, memory_mb=512)
-    assert cfg.cpu_seconds_per_call == 6
+    assert cfg.cpu_seconds_per_call == 11
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ class SandboxConfig:
 
     timeout: float = 10.0
     memory_mb: int = 1024
-    cpu_seconds: float | None = None  # per fresh call; default ceil(timeout) + 1
+    # CPU seconds per fresh call (RLIMIT_CPU), a backstop behind the wall-clock kill: default
+    # 2 * timeout + 1, so a CPU-bound loop always meets the wall limit first and the model reads
+    # the same time-limit note at every isolation level (not a bare "Killed").
+    cpu_seconds: float | None = None
     worker_cpu_seconds: float | None = None  # whole life of a stateful worker; default 20 * timeout
     max_processes: int = 64
     max_file_mb: int = 16
@@ -75,7 +78,7 @@ class SandboxConfig:
 
     @property
     def cpu_seconds_per_call(self) -> int:
-        return int(math.ceil(self.cpu_seconds if self.cpu_seconds is not None else self.timeout + 1))
+        return int(math.ceil(self.cpu_seconds if self.cpu_seconds is not None else 2 * self.timeout + 1))
 
     @property
     def cpu_seconds_per_worker(self) -> int:

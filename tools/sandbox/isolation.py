@@ -222,7 +222,8 @@ class Isolation:
                 lines += [f"mkdir -p {q}", f"mount --bind {st} {q}", f"umount {st}", f"rmdir {st}"]
                 # Read-only where permitted (in a user namespace the source's flags may be locked).
                 lines.append(f"mount -o remount,bind,ro {q}" + ("" if self.root else " 2>/dev/null || true"))
-        lines += ["cd /tmp", 'set +e', '"$@"']  # sh stays pid 1 (signals to pid 1 are ignored; the code runs as pid 2)
+        # ``cd`` makes the shell export OLDPWD: unset it so the code sees the allow-listed environment.
+        lines += ["cd /tmp", "unset OLDPWD", 'set +e', '"$@"']  # sh stays pid 1 (signals to pid 1 are ignored; the code runs as pid 2)
         user = [] if self.root else ["--user", "--map-root-user"]
         unshare = ["unshare", *user, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
         return ["setpriv", "--pdeathsig", "KILL", "--", *unshare, "--", "/bin/sh", "-c", "\n".join(lines), "sandbox", *drop, *python]
