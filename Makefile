@@ -25,13 +25,19 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip install -q "$(TORCH)" -e . pytest pytest-timeout
 	touch $@
 
+# Debian packages the tests use (installed by `make test` when run as root; else it says how).
+SYSTEM_PACKAGES ?= bubblewrap chromium chromium-driver
+
 install: $(VENV)/.installed
+
+system-packages:
+	@sh tests/system_packages.sh $(SYSTEM_PACKAGES)
 
 demo: install
 	$(VENV)/bin/agentrl train examples/arithmetic_tiny.yaml
 
-test: install $(VLLM_VENV)/.installed
+test: install $(VLLM_VENV)/.installed system-packages
 	$(VLLM_VENV)/bin/python -m pytest -q -ra tests/test_vllm_engine.py
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --ignore=tests/test_vllm_engine.py
 
-.PHONY: install demo test
+.PHONY: install demo test system-packages

@@ -3,7 +3,7 @@
 The rollout keeps the ids the engine sampled and only ever *appends* ids. This module says
 which ids to append after a sampled assistant turn so that the sequence continues exactly as
 the chat template would render the conversation, with tool output tokenized as literal text
-(DESIGN.md conventions 1 and 4).
+(docs/design.md conventions 1 and 4).
 
 Example (Qwen2.5-style tokenizer)::
 
@@ -62,7 +62,12 @@ def encode_literal(tokenizer: Any, text: str) -> list[int]:
     skipped so that the ids decode to exactly ``text`` in the middle of a sequence. Lone
     surrogates, which no tokenizer accepts, become U+FFFD.
 
-    >>> ids = encode_literal(tok, "<|im_end|>")   # several ordinary pieces, not 151645
+    >>> from transformers import AutoTokenizer
+    >>> from agentrl.models.tiny import ensure_tiny_model
+    >>> tok = AutoTokenizer.from_pretrained(ensure_tiny_model())   # its special <|im_end|> is id 2
+    >>> ids = encode_literal(tok, "<|im_end|>")
+    >>> len(ids) > 1 and 2 not in ids   # several ordinary pieces, not the special token
+    True
     >>> tok.decode(ids) == "<|im_end|>"
     True
     """
@@ -203,6 +208,9 @@ def detect_tool_call_format(source: str) -> str:
 class ChatTemplate:
     """A chat template bound to a tokenizer, for token-in-token-out rollouts.
 
+    >>> from transformers import AutoTokenizer
+    >>> from agentrl.models.tiny import ensure_tiny_model
+    >>> tok = AutoTokenizer.from_pretrained(ensure_tiny_model())
     >>> tmpl = ChatTemplate(tok, "hermes")
     >>> tmpl.turn_end, tmpl.tool_call_format
     ('<|im_end|>', 'hermes')

@@ -49,6 +49,21 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+def save_hf(model, tokenizer, directory: Path) -> None:
+    """``save_pretrained`` of model and tokenizer into ``directory``, without transformers'
+    "Writing model shards" bar (it would print through the GRPO progress bar every checkpoint)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(directory, safe_serialization=True)
+        tokenizer.save_pretrained(directory)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def save_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, optimizer, scheduler,
                     config_yaml: str, keep: int = 2) -> Path:
     """Write model, tokenizer, optimizer, scheduler, RNG states, step and config atomically."""
@@ -57,8 +72,7 @@ def save_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, optimize
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "model")
+    save_hf(model, tokenizer, tmp / "model")
     torch.save(
         {
             "step": state.step,

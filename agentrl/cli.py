@@ -19,7 +19,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"stopped; resume with: agentrl train {args.config} resume=true", file=sys.stderr)
         return 130
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 owns the run directory
-        print(f"run written to {result.run_dir}  (eval accuracy: first={result.first_eval}, final={result.final_eval})")
+        print(f"run written to {result.run_dir}  ({result.summary()})")
     return 0
 
 

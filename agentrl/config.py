@@ -33,7 +33,9 @@ class ModelConfig:
     path: str = "tiny"  # HF model name or local dir; "tiny" builds the offline tiny model
     template: str | None = None  # chat template: name in agentrl/templates, file, or None = tokenizer's
     tiny_seed: int = 0  # seed of the tiny model when path == "tiny"
-    num_threads: int | None = None  # torch threads; None = min(2, cores) on CPU
+    # torch CPU threads; None = 1 for a model under 50M parameters on CPU, else
+    # min(2, cores // local ranks) (agentrl.build.set_threads)
+    num_threads: int | None = None
     device: str = "cpu"
     engine: Literal["hf", "vllm"] = "hf"  # generation backend
     engine_args: dict[str, Any] = field(default_factory=dict)  # e.g. {gpu_memory_utilization: 0.3}
@@ -55,7 +57,7 @@ class ToolsConfig:
 
 @dataclass
 class AlgoConfig:
-    """The GRPO objective (DESIGN.md); defaults reproduce the seed description."""
+    """The GRPO objective; the defaults are the ones in docs/design.md ("The objective")."""
 
     num_samples: int = 8  # G attempts per prompt
     std: Literal["population", "sample"] = "population"
@@ -73,7 +75,9 @@ class AlgoConfig:
     drop_zero_variance: bool = False  # DAPO dynamic sampling
     refill_batch: bool = False  # keep sampling prompts until the batch has enough signal groups
     max_refills: int = 4
-    mask_truncated: bool = False  # attempts with finish_reason "length" leave the loss
+    # attempts with finish_reason "length" (max_new_tokens or max_total_tokens hit) or
+    # "max_turns" (still calling tools at rollout.max_turns) leave the loss (DAPO overlong filtering)
+    mask_truncated: bool = False
     drop_void_turns: bool = False  # attempts with a void turn leave the loss (SimpleTIR)
 
 

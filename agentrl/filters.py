@@ -1,4 +1,5 @@
-"""Which attempts enter the loss: the optional GRPO filters of DESIGN.md, each counted.
+"""Which attempts enter the loss: the optional GRPO filters of docs/design.md ("The objective"),
+each counted.
 
 - ``drop_zero_variance`` (DAPO dynamic sampling): drop every attempt of a group whose
   rewards were all equal. Such attempts have advantage 0 anyway; dropping them keeps them
@@ -10,8 +11,11 @@
   answer.
 
 Advantages are computed *before* filtering, so the group baseline still includes every
-attempt. Excluded attempts leave the batch entirely: the trainer passes
-``total_seqs = result.num_kept`` (and token counts of kept rows only) to the loss.
+attempt. Excluded attempts leave the batch entirely: ``update.grpo_update`` trains only on
+kept attempts that have at least one masked (model) token, and passes the loss
+``total_seqs`` = the number of those attempts and ``total_tokens`` = their masked tokens, both
+summed over all ranks. So ``total_seqs`` is not ``result.num_kept``: it is lower when a kept
+attempt has no model token, and counts every rank's attempts under torchrun.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The GRPO objective as pure functions on tensors (equations of DESIGN.md, "The objective").
+"""The GRPO objective as pure functions on tensors (equations of docs/design.md, "The objective").
 
 Shapes: ``B`` attempts (rows), ``T`` token positions, ``V`` vocabulary. ``mask[b, t] == 1``
 means the policy generated token ``t`` of attempt ``b``: train on it. Values at positions
@@ -13,7 +13,7 @@ Pipeline the trainer runs::
     out = policy_loss(logp, old_logp, adv.advantages, mask, is_weights=w)
     out.loss.backward()
 
-Example (3 successes of 8, the worked example of DESIGN.md)::
+Example (3 successes of 8, the worked example of docs/design.md, "The objective")::
 
     >>> import torch
     >>> adv = group_advantages(torch.tensor([[1., 1, 1, 0, 0, 0, 0, 0]]))

@@ -163,8 +163,14 @@ class AdapterDisabledReference:
     Calling it runs the policy's forward inside ``peft``'s ``disable_adapter()``, so the
     reference costs no second copy of the weights (and works when the policy is sharded).
 
-    >>> ref = AdapterDisabledReference(peft_model)            # doctest: +SKIP
-    >>> ref(input_ids=ids, attention_mask=att).logits         # base-model logits  # doctest: +SKIP
+    >>> from transformers import AutoModelForCausalLM
+    >>> from agentrl.models.tiny import ensure_tiny_model
+    >>> model = AutoModelForCausalLM.from_pretrained(ensure_tiny_model())
+    >>> peft_model = apply_lora(model, LoRAConfig(enabled=True))
+    >>> ids = torch.tensor([[1, 2, 3]]); att = torch.ones_like(ids)
+    >>> ref = AdapterDisabledReference(peft_model)
+    >>> ref(input_ids=ids, attention_mask=att).logits.shape   # base-model logits
+    torch.Size([1, 3, 1024])
     """
 
     def __init__(self, peft_model: nn.Module):

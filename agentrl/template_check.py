@@ -1,4 +1,4 @@
-"""Fail fast on chat templates that break token-in-token-out rollouts (DESIGN.md convention 6).
+"""Fail fast on chat templates that break token-in-token-out rollouts (docs/design.md convention 6).
 
 A rollout appends ids and never re-renders earlier turns, so the one property a template
 needs is *prefix preservation under tool appends*:
@@ -101,6 +101,9 @@ def check_prefix_preservation(tokenizer: Any, template: str | None = None) -> Te
     """Check that appending tool messages only extends the rendering, at every tool step of a
     standard tool conversation. Templates that reject parallel calls get one call per turn.
 
+    >>> from transformers import AutoTokenizer
+    >>> from agentrl.models.tiny import ensure_tiny_model
+    >>> tok = AutoTokenizer.from_pretrained(ensure_tiny_model())
     >>> check_prefix_preservation(tok, "hermes").passed
     True
     """

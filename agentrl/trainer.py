@@ -32,7 +32,7 @@ from agentrl.checkpoint import TrainState, latest_checkpoint, load_checkpoint_st
 from agentrl.checkpoint_dcp import is_sharded, load_legacy_optimizer, load_sharded_checkpoint, save_sharded_checkpoint
 from agentrl.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.evaluate import EvalResult, evaluate, score_all
-from agentrl.metrics import MetricsWriter, plot_curves, truncate_metrics
+from agentrl.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
 from agentrl.objective import describe_objective
 from agentrl.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
 from agentrl.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
@@ -46,10 +46,22 @@ RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks dra
 
 @dataclass
 class TrainResult:
+    """What a run did. The evaluations are read back from the run's metrics.jsonl, so a
+    resumed run (or one with ``eval.at_start=false``) still reports its first one."""
+
     run_dir: Path
     steps_done: int
-    first_eval: float | None
-    final_eval: float | None
+    first_eval: float | None  # held-out accuracy of the run's first evaluation
+    final_eval: float | None  # ... and of its last
+    first_eval_step: int | None = None
+    final_eval_step: int | None = None
+
+    def summary(self) -> str:
+        """One line for the terminal, e.g. ``eval accuracy 0.000 (step 0) -> 1.000 (step 30)``."""
+        if self.first_eval is None or self.final_eval is None:
+            return "no evaluation ran (set eval.every or eval.at_start=true)"
+        return (f"eval accuracy {self.first_eval:.3f} (step {self.first_eval_step}) -> "
+                f"{self.final_eval:.3f} (step {self.final_eval_step})")
 
 
 def _lr_lambda(schedule: str, warmup: int, total: int):
@@ -333,12 +345,11 @@ class Trainer:
         iso = {getattr(t, "isolation_level", None) for t in self.runner.toolbox.tools.values()} - {None}
         if iso:
             self.log(f"tool isolation: {', '.join(sorted(iso))}")
-        first = final = None
+        final = None
         start = self.state.step + 1
         if start == 1 and cfg.eval.at_start:
             res = self.run_eval(0)
             if res is not None:
-                first = res.accuracy
                 self.metrics.log(0, res.metrics())
                 self.log(f"step 0 eval/accuracy={res.accuracy:.3f} "
                          + " ".join(f"{k}={v:.2f}" for k, v in sorted(res.by_family.items())))
@@ -381,10 +392,18 @@ class Trainer:
             bar.close()
             if self.metrics is not None:
                 self.metrics.close()
-        first, final = dist.broadcast_from_main((first, final))
+        evals = dist.broadcast_from_main(self._evaluations() if self.main else [])
         if self._own_group:
             dist.shutdown()
-        return TrainResult(self.run_dir, self.state.step, first, final)
+        (s0, first), (s1, final) = (evals[0], evals[-1]) if evals else ((None, None), (None, None))
+        return TrainResult(self.run_dir, self.state.step, first, final, s0, s1)
+
+    def _evaluations(self) -> list[tuple[int, float]]:
+        """(step, held-out accuracy) of every evaluation in the run directory, this session's
+        and those before a resume."""
+        rows = read_metrics(self.run_dir / "metrics.jsonl")
+        return [(int(r["step"]), float(r["eval/accuracy"])) for r in rows
+                if r.get("eval/accuracy") is not None and int(r["step"]) <= self.state.step]
 
 
 def train(cfg: Config) -> TrainResult:

@@ -1,6 +1,6 @@
 """Typed boundary objects of the data flow: messages, tool calls, spans, trajectories.
 
-Conventions (see DESIGN.md):
+Conventions (see docs/design.md, "Conventions"):
 - ``loss_mask[t] == 1`` means "the policy generated token t; train on it".
 - ``spans`` label every token exactly once with a kind in ``SPAN_KINDS``.
 - ``logprobs[t]`` is the sampler's log-prob of token t (0.0 where the mask is 0).
@@ -176,7 +176,7 @@ class Trajectory:
         )
 
     def check(self) -> None:
-        """Raise ValueError if the trajectory breaks an invariant of DESIGN.md."""
+        """Raise ValueError if the trajectory breaks an invariant of docs/design.md (conventions 2 and 3)."""
         n = len(self.token_ids)
         if not (len(self.loss_mask) == len(self.logprobs) == n):
             raise ValueError(

@@ -413,14 +413,15 @@ prompts are the ones the run will show.
 
     >>> from agentrl.envs.arithmetic import ArithmeticEnv            # doctest: +SKIP
     >>> from agentrl.models.tiny import ensure_tiny_model            # doctest: +SKIP
-    >>> warm_start(ensure_tiny_model(), ArithmeticEnv(), steps=300)  # doctest: +SKIP
-    PosixPath('/root/.cache/agentrl/warmstart-...')
+    >>> warm_start(ensure_tiny_model(), ArithmeticEnv(), steps=300, log=None)  # doctest: +SKIP
+    PosixPath('.../warmstart-...')
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentrl.chat import ChatTemplate
     from agentrl.models.tiny import default_cache_dir
+    from agentrl.checkpoint import save_hf
     from agentrl.tool import ToolBox
 
     base = Path(base_model_dir)
@@ -457,8 +458,7 @@ prompts are the ones the run will show.
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_hf(model, tokenizer, tmp)
         info = {"base_model": str(base), "settings": asdict(settings), "num_demos": len(demos),
                 "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])), "seconds": time.perf_counter() - t0}
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))

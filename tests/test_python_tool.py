@@ -422,3 +422,9 @@ def test_uid_lease_clears_what_a_crashed_holder_left(tmp_path) -> None:  # noqa:
     finally:
         left.kill()
         left.wait()
+
+
+def test_builtin_tools_import_from_the_package_as_the_readme_says() -> None:
+    from agentrl.tools import open_tool, python_tool as from_package, search_tool, search_tools
+
+    assert from_package is python_tool and callable(search_tool) and callable(open_tool) and callable(search_tools)

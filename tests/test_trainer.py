@@ -46,6 +46,9 @@ def test_one_step_changes_weights_and_writes_run_dir(tmp_path, capsys):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[1]
+    assert (result.first_eval, result.first_eval_step) == (rows[0]["eval/accuracy"], 0)
+    assert (result.final_eval, result.final_eval_step) == (rows[1]["eval/accuracy"], 1)
+    assert "Writing model shards" not in out + capsys.readouterr().err  # no stray bars through GRPO's
     for key in REQUIRED_METRICS:
         assert key in rows[1], key
     trajs = read_jsonl(str(run / "rollouts" / "step_000001.jsonl"))
@@ -98,6 +101,12 @@ def test_kill9_mid_step_then_resume(tmp_path):
     assert "resumed from" in out and "(step 2)" in out
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # The summary reports the first evaluation of the run, written before the kill.
+    evals = [(r["step"], r["eval/accuracy"]) for r in rows if r.get("eval/accuracy") is not None]
+    summary = next(line for line in out.splitlines() if line.startswith("run written to"))
+    assert evals and "None" not in summary, summary
+    assert f"{evals[0][1]:.3f} (step {evals[0][0]})" in summary and f"(step {evals[-1][0]})" in summary, summary
+    assert "Writing model shards" not in out
     for p in sorted((run / "rollouts").glob("step_*.jsonl")):
         for t in read_jsonl(str(p)):
             t.check()

@@ -193,9 +193,9 @@ class HFEngine:
     ``2 * layers * kv_heads * head_dim`` elements of the model's dtype: 1 KiB on the tiny model,
     12 KiB for Qwen2.5-0.5B in bfloat16, so the default 65,536 is 64 MiB and 768 MiB.
 
-    >>> from agentrl.models.tiny import ensure_tiny_model        # doctest: +SKIP
-    >>> engine = HFEngine.from_pretrained(ensure_tiny_model())   # doctest: +SKIP
-    >>> [g.finish_reason for g in engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))]  # doctest: +SKIP
+    >>> from agentrl.models.tiny import ensure_tiny_model
+    >>> engine = HFEngine.from_pretrained(ensure_tiny_model())
+    >>> [g.finish_reason for g in engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))]
     ['length']
     """
 

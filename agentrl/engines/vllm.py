@@ -119,10 +119,12 @@ def _refresh_cpu_gemm(model) -> int:
 class VLLMEngine:
     """Sampling with an in-process vLLM, in-place weight sync from the trainer's model.
 
+    >>> from transformers import AutoModelForCausalLM                            # doctest: +SKIP
     >>> from agentrl.models.tiny import ensure_tiny_model                        # doctest: +SKIP
     >>> engine = VLLMEngine(str(ensure_tiny_model()), num_threads=1)             # doctest: +SKIP
     >>> [g.finish_reason for g in engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))]  # doctest: +SKIP
     ['length']
+    >>> trainer_model = AutoModelForCausalLM.from_pretrained(ensure_tiny_model())  # doctest: +SKIP
     >>> engine.sync_weights(trainer_model); engine.policy_version                # doctest: +SKIP
     1
 

@@ -3,7 +3,7 @@
 Builds a GRPO group of tool-using arithmetic attempts in the Qwen2.5 / Hermes chat
 format, tokenized with any ``encode(text) -> ids`` function (e.g. a Hugging Face
 tokenizer's ``encode(text, add_special_tokens=False)``). Spans and masks follow
-DESIGN.md: the model's turns (including their ``<|im_end|>``) are trained, the
+docs/design.md: the model's turns (including their ``<|im_end|>``) are trained, the
 template scaffolding and tool output are not. Log-probs are synthetic but seeded.
 
 Example::

@@ -3,7 +3,7 @@
 A viewer exists to look at broken data, so reading never stops at the first problem:
 a malformed line, a truncated last line (a run killed mid-write) or a missing field is
 reported as ``file:line: what`` and reading goes on. A trajectory that breaks an
-invariant of DESIGN.md (e.g. a mask off by one) is still yielded, with a warning, so
+invariant of docs/design.md (e.g. a mask off by one) is still yielded, with a warning, so
 the user can see the bug.
 
 Example::

@@ -1,7 +1,7 @@
 """Per-file summary rows, accumulated one trajectory at a time (no list of trajectories kept).
 
 A group has zero variance when all its rewards are equal (max - min <= 1e-6): its
-advantages are all 0, so it gives no learning signal (DESIGN.md, the objective).
+advantages are all 0, so it gives no learning signal (docs/design.md, "The objective").
 
 Example::
 

@@ -1,7 +1,7 @@
 """Per-token facts both viewers show: kind, mask, sampler/trainer log-probs, ratio.
 
 The importance ratio shown per trained token is the one the trainer's truncated-IS
-correction uses (DESIGN.md, "asynchronous/stale sampler"):
+correction uses (docs/design.md, "Asynchronous / stale sampler"):
 
     ρ_t = π_old(y_t) / μ(y_t) = exp(old_logprobs[t] - logprobs[t])    (loss_mask[t] == 1)
 

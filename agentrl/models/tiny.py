@@ -183,9 +183,11 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 1
 
     >>> import tempfile
     >>> from transformers import AutoModelForCausalLM
-    >>> d = build_tiny_model(tempfile.mkdtemp() + "/tiny", seed=0)
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> d = build_tiny_model(tmp.name + "/tiny", seed=0)
     >>> AutoModelForCausalLM.from_pretrained(d).config.model_type
     'qwen2'
+    >>> tmp.cleanup()
     """
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -221,8 +223,9 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 1
         model = Qwen2ForCausalLM(config).to(torch.float32)
     model.generation_config = GenerationConfig(eos_token_id=ids.eos, pad_token_id=ids.pad,
                                                bos_token_id=None, do_sample=True, temperature=1.0, top_p=1.0)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    from agentrl.checkpoint import save_hf
+
+    save_hf(model, tokenizer, out)
     return out
 
 
@@ -258,8 +261,8 @@ def ensure_tiny_model(cache_dir: str | Path | None = None, **kwargs) -> Path:
     The build goes to a temporary directory that is renamed into place, so concurrent callers
     never see a half-written model.
 
-    >>> path = ensure_tiny_model()          # doctest: +SKIP
-    >>> ensure_tiny_model() == path         # doctest: +SKIP
+    >>> path = ensure_tiny_model()
+    >>> ensure_tiny_model() == path
     True
     """
     if "out_dir" in kwargs or "overwrite" in kwargs:

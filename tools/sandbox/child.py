@@ -23,20 +23,45 @@ import sys
 CELL = "<cell>"
 
 
+def guard(fd, scope):
+    """Tie this sandbox to the trainer: fork a watcher that blocks on the lifeline pipe, whose
+    only write end the trainer holds. EOF means the trainer closed it (the run is over) or died
+    (even by SIGKILL, which no launcher reliably forwards: privileged bubblewrap drops its
+    parent-death signal when it changes credentials). Then the watcher kills every process it
+    may (``all``: the sandbox's own pid namespace or leased uid) or its process group."""
+    if os.fork():
+        os.close(fd)  # the code never sees the lifeline
+        return
+    os.closerange(0, fd)  # hold no pipe of the run open: its output ends when the code ends
+    os.closerange(fd + 1, 1 << 16)
+    try:
+        os.read(fd, 1)
+    except OSError:
+        pass
+    try:
+        os.kill(-1, 9) if scope == "all" else os.killpg(0, 9)
+    except OSError:
+        pass
+    os._exit(0)
+
+
 def set_limits(spec):
     """Apply ``NAME=value,...`` rlimits with soft == hard (never above the current hard limit);
-    then, if the spec has ``UID=n``, become uid/gid n with no supplementary groups (used under
+    ``LIFE=fd:scope`` starts the :func:`guard`; if the spec has ``UID=n``, become uid/gid n with no supplementary groups (used under
     privileged bubblewrap, which already set no_new_privs and left only CAP_SETUID/CAP_SETGID:
     after the switch the process has no capabilities and cannot regain any)."""
     import resource
 
-    uid = None
+    uid = life = None
     for item in spec.split(","):
         if not item:
             continue
         name, _, value = item.partition("=")
         if name == "UID":
             uid = int(value)
+            continue
+        if name == "LIFE":
+            life = value
             continue
         which = getattr(resource, "RLIMIT_" + name)
         want = int(value)
@@ -48,6 +73,9 @@ def set_limits(spec):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    if life is not None:
+        fd, _, scope = life.partition(":")
+        guard(int(fd), scope)
 
 
 def report(exc, src):

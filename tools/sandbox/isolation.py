@@ -61,6 +61,10 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _QUIET_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
 
 
+# The launcher dies with the thread that started it (a SIGKILLed trainer takes its sandboxes).
+_PDEATHSIG: tuple[str, ...] = ("setpriv", "--pdeathsig", "KILL", "--")
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything :class:`~.process.SandboxProcess` needs to start one sandboxed interpreter."""
@@ -159,7 +163,9 @@ class Isolation:
         python = [PYTHON, *PYTHON_FLAGS, "-c", BOOT, CHILD_CODE, child_args[0], limits, self.extra_path, *child_args[2:]]
         env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp", "HOME": "/tmp", **_QUIET_ENV, **self.config.extra_env}
         if self.level == "bwrap":
-            argv = ["bwrap", *self._bwrap_args(), "--chdir", "/tmp", "--", *python]
+            # bwrap's --die-with-parent ties the sandbox to bwrap, not bwrap to us: without the
+            # parent-death signal a SIGKILLed trainer leaves bwrap and its sandbox running.
+            argv = [*_PDEATHSIG, "bwrap", *self._bwrap_args(), "--chdir", "/tmp", "--", *python]
             return Launch(argv, env, "/", uid, None, True)
         if self.level == "unshare":
             return Launch(self._unshare_argv(drop, python), env, "/", uid, None, True)
@@ -170,7 +176,7 @@ class Isolation:
         if drop or not shutil.which("setpriv"):
             argv = [*drop, *python]
         else:
-            argv = ["setpriv", "--pdeathsig", "KILL", "--", *python]
+            argv = [*_PDEATHSIG, *python]
         return Launch(argv, env, workdir, uid, workdir, False)
 
     def cleanup(self, launch: Launch) -> None:
@@ -226,7 +232,7 @@ class Isolation:
         lines += ["cd /tmp", "unset OLDPWD", 'set +e', '"$@"']  # sh stays pid 1 (signals to pid 1 are ignored; the code runs as pid 2)
         user = [] if self.root else ["--user", "--map-root-user"]
         unshare = ["unshare", *user, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
-        return ["setpriv", "--pdeathsig", "KILL", "--", *unshare, "--", "/bin/sh", "-c", "\n".join(lines), "sandbox", *drop, *python]
+        return [*_PDEATHSIG, *unshare, "--", "/bin/sh", "-c", "\n".join(lines), "sandbox", *drop, *python]
 
 
 def _drop_privileges(uid: int | None) -> list[str]:

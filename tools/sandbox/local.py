@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import secrets
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
@@ -48,17 +49,33 @@ class LocalExecutor:
             yield uid
 
     def start(self, child_args: list[str], uid: int | None, stdin: bytes | None, pass_fds: tuple[int, ...] = ()) -> tuple[SandboxProcess, Launch]:
-        """Launch ``child.py`` with ``child_args`` in the sandbox (the caller must :meth:`finish` it)."""
-        launch = self.isolation.launch(child_args, uid)
-        marker = None if (uid is not None or launch.own_pid_namespace) else secrets.token_hex(8)
+        """Launch ``child.py`` with ``child_args`` in the sandbox (the caller must :meth:`finish` it).
+
+        The child gets the read end of a lifeline pipe whose write end only this process holds
+        (closed by :meth:`SandboxProcess.kill`, or by the kernel when this process dies): its
+        watcher then kills the whole sandbox (see ``child.guard``)."""
+        life_r, life_w = os.pipe()
+        # kill(-1) reaches exactly the sandbox in its own pid namespace or under its leased uid;
+        # otherwise (rlimits level, not root) the watcher kills its process group only.
+        scope = "all" if (uid is not None or self.isolation.level != "rlimits") else "group"
+        child_args = [child_args[0], f"{child_args[1]},LIFE={life_r}:{scope}", *child_args[2:]]
         try:
-            proc = SandboxProcess(
-                launch.argv, launch.env, launch.cwd, self.config.max_output_chars,
-                stdin=stdin, pass_fds=pass_fds, uid=None if launch.own_pid_namespace else uid, marker=marker,
-            )
+            launch = self.isolation.launch(child_args, uid)
+            marker = None if (uid is not None or launch.own_pid_namespace) else secrets.token_hex(8)
+            try:
+                proc = SandboxProcess(
+                    launch.argv, launch.env, launch.cwd, self.config.max_output_chars,
+                    stdin=stdin, pass_fds=(*pass_fds, life_r), uid=None if launch.own_pid_namespace else uid,
+                    marker=marker, lifeline=life_w,
+                )
+            except BaseException:
+                self.isolation.cleanup(launch)
+                raise
         except BaseException:
-            self.isolation.cleanup(launch)
+            os.close(life_w)
             raise
+        finally:
+            os.close(life_r)
         return proc, launch
 
     def finish(self, proc: SandboxProcess, launch: Launch, reason: str, timeout_s: float) -> ExecResult:

@@ -43,9 +43,11 @@ class SandboxProcess:
         pass_fds: tuple[int, ...] = (),
         uid: int | None = None,
         marker: str | None = None,
+        lifeline: int | None = None,
     ) -> None:
         self.uid = uid
         self.marker = marker
+        self.lifeline = lifeline  # write end of the sandbox's lifeline pipe; closed by kill()
         self.started = time.perf_counter()
         self.popen = subprocess.Popen(
             argv,
@@ -132,6 +134,9 @@ class SandboxProcess:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.lifeline is not None:
+            os.close(self.lifeline)  # the sandbox's watcher kills what the group kill missed
+            self.lifeline = None
         if self.uid is not None:
             kill_uid(self.uid)
         elif self.marker is not None:
