@@ -49,6 +49,9 @@ def _module_names() -> list[str]:
     return sorted(names)
 
 
+ALL_SKIPPED: list[str] = []
+
+
 def _collect() -> list:
     params = []
     finder = doctest.DocTestFinder()
@@ -58,9 +61,10 @@ def _collect() -> list:
         for test in finder.find(module, name):
             if not test.examples:
                 continue
-            marks = []
             if all(ex.options.get(doctest.SKIP) for ex in test.examples):
-                marks.append(pytest.mark.skip(reason="every example is marked +SKIP (see the docstring)"))
+                ALL_SKIPPED.append(test.name)  # needs vLLM or minutes of CPU: nothing here to run
+                continue
+            marks = []
             if test.name in NEEDS:
                 package, extra = NEEDS[test.name]
                 marks.append(pytest.mark.skipif(importlib.util.find_spec(package) is None,
@@ -79,6 +83,8 @@ def test_modules_found() -> None:
     assert not any(n.startswith(("tools.", "envs.")) for n in names)
     assert len(_TESTS) > 50
     assert set(NEEDS) <= {p.id for p in _TESTS}, "NEEDS names a docstring that has no examples any more"
+    # Whole docstrings left out must stay the documented exceptions (a GPU engine, a long SFT).
+    assert set(ALL_SKIPPED) <= {"agentrl.engines.vllm.VLLMEngine", "agentrl.warmstart.warm_start"}, ALL_SKIPPED
 
 
 @pytest.mark.parametrize("test", _TESTS)
