@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.inspect.cli import run_inspect
-from agentrl.inspect.demo import known_example, long_trajectory
+from synthetic_trajectories import known_example, long_trajectory
 from agentrl.types import Trajectory, write_jsonl
 from fixture_paths import QWEN25 as QWEN
 

@@ -10,7 +10,7 @@ import pytest
 
 from agentrl.inspect.cli import run_inspect
 from agentrl.inspect.decode import Decoding, table_decoder
-from agentrl.inspect.demo import known_example
+from synthetic_trajectories import known_example
 from agentrl.inspect.filters import Selection
 from agentrl.inspect.html import render_page
 from agentrl.inspect.scan import scan
@@ -113,7 +113,7 @@ def test_untrusted_tool_text_cannot_break_out_of_the_page(tmp_path):
 def test_qwen_tokenizer_text_is_embedded(tmp_path):
     from transformers import AutoTokenizer
 
-    from agentrl.inspect.demo import arithmetic_group
+    from synthetic_trajectories import arithmetic_group
 
     tok = AutoTokenizer.from_pretrained(str(QWEN))
     group = arithmetic_group(lambda s: tok.encode(s, add_special_tokens=False))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from agentrl.inspect.cli import run_inspect
-from agentrl.inspect.demo import known_example
+from synthetic_trajectories import known_example
 from agentrl.inspect.loader import Problem, Record, iter_file
 from agentrl.inspect.metrics import read_metrics
 from agentrl.inspect.sources import RolloutFile, find_sources, step_of

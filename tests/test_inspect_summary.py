@@ -7,7 +7,7 @@ import re
 import pytest
 
 from agentrl.inspect.cli import run_inspect
-from agentrl.inspect.demo import known_example
+from synthetic_trajectories import known_example
 from agentrl.inspect.filters import RewardCondition, Selection
 from agentrl.inspect.scan import scan
 from agentrl.inspect.sources import InspectError, find_sources

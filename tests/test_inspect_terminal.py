@@ -10,7 +10,7 @@ import pytest
 
 from agentrl.inspect.cli import run_inspect
 from agentrl.inspect.decode import Decoding, table_decoder
-from agentrl.inspect.demo import arithmetic_group, known_example
+from synthetic_trajectories import arithmetic_group, known_example
 from agentrl.inspect.loader import Record
 from agentrl.inspect.terminal import make_console, print_trajectory, safe_text
 from agentrl.types import write_jsonl

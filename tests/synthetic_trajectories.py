@@ -1,4 +1,6 @@
-"""Realistic example trajectories for the viewer's screenshot, tests and benchmarks.
+"""SYNTHETIC trajectories for the viewer's tests: hand-written, not from any run.
+
+(The README's screenshot is of a real run: examples/make_inspect_screenshot.py.)
 
 Builds a GRPO group of tool-using arithmetic attempts in the Qwen2.5 / Hermes chat
 format, tokenized with any ``encode(text) -> ids`` function (e.g. a Hugging Face
