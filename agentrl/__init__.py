@@ -28,9 +28,9 @@ _EXPORTS = {
     # environments
     "Environment": "agentrl.env", "Score": "agentrl.env", "final_answer": "agentrl.env",
     # training
-    "Config": "agentrl.config", "load_config": "agentrl.config",
-    "Trainer": "agentrl.trainer", "train": "agentrl.trainer",
-    "group_advantages": "agentrl.grpo", "policy_loss": "agentrl.grpo",
+    "Config": "agentrl.run.config", "load_config": "agentrl.run.config",
+    "Trainer": "agentrl.run.trainer", "train": "agentrl.run.trainer",
+    "group_advantages": "agentrl.algo.grpo", "policy_loss": "agentrl.algo.grpo",
     # models
     "ensure_tiny_model": "agentrl.models.tiny", "build_tiny_model": "agentrl.models.tiny",
 }

@@ -9,8 +9,8 @@ import sys
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from agentrl.config import load_config
-    from agentrl.trainer import Trainer
+    from agentrl.run.config import load_config
+    from agentrl.run.trainer import Trainer
 
     cfg = load_config(args.config, args.overrides)
     try:
@@ -24,8 +24,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from agentrl.config import load_config
-    from agentrl.eval_cli import run_eval_checkpoint
+    from agentrl.run.config import load_config
+    from agentrl.run.eval_cli import run_eval_checkpoint
 
     cfg = load_config(args.config, args.overrides)
     res = run_eval_checkpoint(cfg, args.checkpoint)
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--template", default=None, help="template name in agentrl/templates or a .jinja file")
     c.set_defaults(fn=_cmd_check_template)
     args = p.parse_args(argv)
-    from agentrl.config import ConfigError
+    from agentrl.run.config import ConfigError
 
     try:
         return args.fn(args)

@@ -24,7 +24,7 @@ from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig, RolloutRunner
 from agentrl.tool import ToolBox
-from agentrl.warmstart import warm_start
+from agentrl.run.warmstart import warm_start
 
 
 def measure(model_dir, env: ArithmeticEnv, *, num_tasks: int, group: int, temps: list[float], seed: int,

@@ -33,7 +33,7 @@ import torch
 from agentrl.chat import ChatTemplate
 from agentrl.engines.base import SamplingParams
 from agentrl.envs.arithmetic import ArithmeticEnv
-from agentrl.grpo import token_logprobs
+from agentrl.algo.grpo import token_logprobs
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig, RolloutRunner
 from agentrl.tool import ToolBox

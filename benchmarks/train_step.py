@@ -1,6 +1,6 @@
 """Seconds per GRPO step on the tiny model with the python tool, and the TRL peer side by side.
 
-agentrl side: ``agentrl.trainer.Trainer`` built from ``examples/arithmetic_ci.yaml`` with
+agentrl side: ``agentrl.run.trainer.Trainer`` built from ``examples/arithmetic_ci.yaml`` with
 8 prompts x G=8, ``--tool-turns`` tool turns + 1 answer turn of ``--turn-tokens`` sampled
 tokens each (``--policy scripted``, the default: real sampling cost, scripted tool calls that
 run the real python tool, see ``scripted_turns.py``), or whatever the random tiny model writes
@@ -37,8 +37,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from scripted_turns import ScriptedTurnsEngine, TurnScript  # noqa: E402
 
-from agentrl.config import Config, load_config  # noqa: E402
-from agentrl.trainer import Trainer  # noqa: E402
+from agentrl.run.config import Config, load_config  # noqa: E402
+from agentrl.run.trainer import Trainer  # noqa: E402
 from agentrl.types import Message  # noqa: E402
 
 CONFIG = HERE.parent / "examples" / "arithmetic_ci.yaml"

@@ -21,15 +21,15 @@ import pytest
 import torch
 from torch import nn
 
-from agentrl.config import ConfigError, load_config
+from agentrl.run.config import ConfigError, load_config
 from agentrl.engines.scripted import ScriptedEngine
 from agentrl.env import Score
 from agentrl.envs.arithmetic import ArithmeticEnv
-from agentrl.producer import (RolloutProducer, describe_async, oldest_allowed_version, resolve_async,
+from agentrl.run.producer import (RolloutProducer, describe_async, oldest_allowed_version, resolve_async,
                               split_stale, staleness_metrics, with_lines)
 from agentrl.tool import Tool, ToolContext
 from agentrl.types import Span, Trajectory, read_jsonl
-from agentrl.weight_sync import WeightSlots
+from agentrl.scale.weight_sync import WeightSlots
 
 ROOT = Path(__file__).resolve().parents[1]
 CI_CFG = ROOT / "examples" / "arithmetic_ci.yaml"
@@ -198,8 +198,8 @@ def _parity_score(task, messages) -> Score:
 
 @pytest.mark.slow
 def test_staleness_0_is_the_synchronous_loop_bit_for_bit(tmp_path):
-    from agentrl.trainer import Trainer
-    from agentrl.update import compute_advantages, grpo_update
+    from agentrl.run.trainer import Trainer
+    from agentrl.algo.update import compute_advantages, grpo_update
 
     over = ["train.steps=2", "eval.at_start=false", "eval.num_tasks=2", "train.checkpoint_every=100",
             "train.num_iterations=2", "algo.is_level=token"]
@@ -261,7 +261,7 @@ class SlowToolArithmetic(ArithmeticEnv):
 
 
 def _slow_run(tmp_path: Path, k: int) -> list[dict]:
-    from agentrl.trainer import Trainer
+    from agentrl.run.trainer import Trainer
 
     run = tmp_path / f"k{k}"
     cfg = load_config(CI_CFG, [
@@ -312,7 +312,7 @@ def test_slow_tool_trainer_waits_less_and_staleness_stays_bounded(tmp_path):
 
 @pytest.mark.slow
 def test_async_sampler_owns_its_storage_resume_and_interrupt(tmp_path):
-    from agentrl.trainer import Trainer
+    from agentrl.run.trainer import Trainer
 
     over = [f"output_dir={tmp_path / 'run'}", "train.max_staleness=1", "eval.at_start=false", "eval.num_tasks=2",
             "train.checkpoint_every=1"]

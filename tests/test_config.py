@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.batching import collate, plan_micro_batches
-from agentrl.config import Config, ConfigError, load_config, save_config
-from agentrl.objective import describe_objective
+from agentrl.algo.batching import collate, plan_micro_batches
+from agentrl.run.config import Config, ConfigError, load_config, save_config
+from agentrl.algo.objective import describe_objective
 from agentrl.types import Span, Trajectory
 
 

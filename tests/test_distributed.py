@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.config import ConfigError, LoRAConfig, ParallelConfig, load_config
-from agentrl.distributed import shard_whole_groups
-from agentrl.parallel import resolve_plan
+from agentrl.run.config import ConfigError, LoRAConfig, ParallelConfig, load_config
+from agentrl.scale.distributed import shard_whole_groups
+from agentrl.scale.parallel import resolve_plan
 from agentrl.types import Span, Trajectory, read_jsonl, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_groups_never_straddle_ranks():
 
 def test_fixed_batch_gives_ranks_unequal_micro_batch_counts():
     """The 2-rank test then runs the padding path (empty micro-batches on the shorter rank)."""
-    from agentrl.batching import plan_micro_batches
+    from agentrl.algo.batching import plan_micro_batches
 
     cfg = load_config(None, OVERRIDES)
     counts = [len(plan_micro_batches([len(t.token_ids) for t in rank_share(fixed_batch(), r, 2)],
@@ -121,7 +121,7 @@ def test_config_keys():
 
 @pytest.fixture()
 def tiny():
-    from agentrl.build import load_model_and_tokenizer
+    from agentrl.run.build import load_model_and_tokenizer
     from agentrl.models.tiny import ensure_tiny_model
 
     torch.set_num_threads(1)
@@ -130,8 +130,8 @@ def tiny():
 
 
 def _update(model, trajs, cfg, ref=None):
-    from agentrl.trainer import build_optimizer
-    from agentrl.update import compute_advantages, grpo_update
+    from agentrl.run.trainer import build_optimizer
+    from agentrl.algo.update import compute_advantages, grpo_update
 
     opt, sched = build_optimizer(cfg, model)
     adv, filt = compute_advantages(trajs, cfg.algo)
@@ -143,12 +143,12 @@ def _update(model, trajs, cfg, ref=None):
 
 def test_lora_trains_only_adapters_and_reference_is_the_base(tiny, tmp_path):
     pytest.importorskip("peft")
-    from agentrl.batching import collate, score_tokens
-    from agentrl.checkpoint import TrainState, latest_checkpoint
-    from agentrl.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-    from agentrl.parallel import AdapterDisabledReference, prepare_policy
-    from agentrl.trainer import build_optimizer
-    from agentrl.weight_sync import WeightSync, export_weights
+    from agentrl.algo.batching import collate, score_tokens
+    from agentrl.run.checkpoint import TrainState, latest_checkpoint
+    from agentrl.scale.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
+    from agentrl.scale.parallel import AdapterDisabledReference, prepare_policy
+    from agentrl.run.trainer import build_optimizer
+    from agentrl.scale.weight_sync import WeightSync, export_weights
 
     cfg = load_config(None, OVERRIDES + ["lora.enabled=true", "lora.r=4", "lora.alpha=8.0", "optim.lr=1.0e-2"])
     plan = resolve_plan(cfg.parallel, cfg.lora, world_size=1, device="cpu")
@@ -204,15 +204,15 @@ def test_lora_trains_only_adapters_and_reference_is_the_base(tiny, tmp_path):
 
 
 def _plain_with_optim(tiny, cfg):
-    from agentrl.trainer import build_optimizer
+    from agentrl.run.trainer import build_optimizer
 
     model = tiny()[0]
     return (model, *build_optimizer(cfg, model))
 
 
 def test_grad_checkpointing_gives_the_same_gradient(tiny):
-    from agentrl.batching import collate, score_tokens
-    from agentrl.parallel import prepare_policy
+    from agentrl.algo.batching import collate, score_tokens
+    from agentrl.scale.parallel import prepare_policy
 
     trajs = fixed_batch(num_groups=2)
     mb = collate(trajs, list(range(len(trajs))), 0)
@@ -229,9 +229,9 @@ def test_grad_checkpointing_gives_the_same_gradient(tiny):
 
 def test_single_process_checkpoint_resumes_in_sharded_layout(tiny, tmp_path):
     """The optimizer of a plain checkpoint (keyed by position) is re-keyed by parameter name."""
-    from agentrl.checkpoint import TrainState, latest_checkpoint, save_checkpoint
-    from agentrl.checkpoint_dcp import load_legacy_optimizer
-    from agentrl.trainer import build_optimizer
+    from agentrl.run.checkpoint import TrainState, latest_checkpoint, save_checkpoint
+    from agentrl.scale.checkpoint_dcp import load_legacy_optimizer
+    from agentrl.run.trainer import build_optimizer
 
     cfg = load_config(None, OVERRIDES + ["algo.kl_coef=0.0"])
     model, tok = tiny()
@@ -255,15 +255,15 @@ def _worker(batch_path: str, out_dir: str, ckpt_run: str) -> None:
     """One update on this rank's share of the fixed batch; then checkpoint round trips."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    from agentrl.build import load_model_and_tokenizer
-    from agentrl.checkpoint import TrainState, latest_checkpoint
-    from agentrl.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-    from agentrl.distributed import gather_to_main, init_distributed
+    from agentrl.run.build import load_model_and_tokenizer
+    from agentrl.run.checkpoint import TrainState, latest_checkpoint
+    from agentrl.scale.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
+    from agentrl.scale.distributed import gather_to_main, init_distributed
     from agentrl.models.tiny import ensure_tiny_model
-    from agentrl.parallel import prepare_policy, prepare_reference
-    from agentrl.trainer import build_optimizer
-    from agentrl.update import compute_advantages, grpo_update
-    from agentrl.weight_sync import export_weights
+    from agentrl.scale.parallel import prepare_policy, prepare_reference
+    from agentrl.run.trainer import build_optimizer
+    from agentrl.algo.update import compute_advantages, grpo_update
+    from agentrl.scale.weight_sync import export_weights
 
     torch.set_num_threads(1)
     info = init_distributed("cpu")

@@ -26,7 +26,7 @@ NOT_IMPORTED = {"agentrl.__main__"}
 # are skipped, saying so, only where that package is missing (``make install`` has them all).
 # Every module imports without the extras (they are imported lazily).
 NEEDS = {
-    "agentrl.parallel.AdapterDisabledReference": ("peft", "lora"),
+    "agentrl.scale.parallel.AdapterDisabledReference": ("peft", "lora"),
     "agentrl.envs.math": ("math_verify", "math"),
     "agentrl.envs.math_check": ("math_verify", "math"),
     "agentrl.envs.math_check.check_equivalence": ("math_verify", "math"),
@@ -78,13 +78,13 @@ _TESTS = _collect()
 
 def test_modules_found() -> None:
     names = _module_names()
-    for expected in ("agentrl.grpo", "agentrl.tools.search", "agentrl.envs.arithmetic", "agentrl.engines.hf"):
+    for expected in ("agentrl.algo.grpo", "agentrl.tools.search", "agentrl.envs.arithmetic", "agentrl.engines.hf"):
         assert expected in names
     assert not any(n.startswith(("tools.", "envs.")) for n in names)
     assert len(_TESTS) > 50
     assert set(NEEDS) <= {p.id for p in _TESTS}, "NEEDS names a docstring that has no examples any more"
     # Whole docstrings left out must stay the documented exceptions (a GPU engine, a long SFT).
-    assert set(ALL_SKIPPED) <= {"agentrl.engines.vllm.VLLMEngine", "agentrl.warmstart.warm_start"}, ALL_SKIPPED
+    assert set(ALL_SKIPPED) <= {"agentrl.engines.vllm.VLLMEngine", "agentrl.run.warmstart.warm_start"}, ALL_SKIPPED
 
 
 @pytest.mark.parametrize("test", _TESTS)

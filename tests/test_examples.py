@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.config import load_config
+from agentrl.run.config import load_config
 from agentrl.types import read_jsonl
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-import agentrl.filters
-import agentrl.grpo
-from agentrl.filters import filter_attempts
-from agentrl.grpo import (
+import agentrl.algo.filters
+import agentrl.algo.grpo
+from agentrl.algo.filters import filter_attempts
+from agentrl.algo.grpo import (
     aggregate,
     group_advantages,
     kl_penalty,
@@ -415,6 +415,6 @@ def test_filter_attempts_counts():
 
 
 def test_docstring_examples_run():
-    for mod in (agentrl.grpo, agentrl.filters):
+    for mod in (agentrl.algo.grpo, agentrl.algo.filters):
         result = doctest.testmod(mod)
         assert result.attempted > 0 and result.failed == 0

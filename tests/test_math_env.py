@@ -185,8 +185,8 @@ def test_no_tool_control_and_boxed_prompt():
 
 
 def test_built_through_the_config():
-    from agentrl.build import make_env
-    from agentrl.config import load_config
+    from agentrl.run.build import make_env
+    from agentrl.run.config import load_config
 
     cfg = load_config(ROOT / "examples" / "math_tiny.yaml")
     env = make_env(cfg)
@@ -197,7 +197,7 @@ def test_built_through_the_config():
 def test_gpu_example_config_is_valid(tmp_path):
     import inspect
 
-    from agentrl.config import ConfigError, load_config
+    from agentrl.run.config import ConfigError, load_config
     from agentrl.envs.math_check import ANSWER_PATTERN
 
     path = ROOT / "examples" / "gpu_gsm8k_qwen2.5_1.5b.yaml"
@@ -221,8 +221,8 @@ def test_gpu_example_config_is_valid(tmp_path):
 def test_two_step_cpu_run_reports_void_turn_filtering(tmp_path):
     import torch
 
-    from agentrl.config import load_config
-    from agentrl.trainer import Trainer
+    from agentrl.run.config import load_config
+    from agentrl.run.trainer import Trainer
 
     torch.set_num_threads(1)
     run = tmp_path / "run"

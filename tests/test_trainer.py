@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.checkpoint import list_checkpoints
-from agentrl.config import load_config
-from agentrl.trainer import Trainer
+from agentrl.run.checkpoint import list_checkpoints
+from agentrl.run.config import load_config
+from agentrl.run.trainer import Trainer
 from agentrl.types import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]

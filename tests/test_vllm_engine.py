@@ -142,7 +142,7 @@ def setup(tmp_path_factory):
 
 def _hf_logprobs(model, prompt: list[int], sampled: list[int], temperature: float) -> torch.Tensor:
     """The trainer's teacher-forced log-probs of ``sampled`` after ``prompt`` (grpo.token_logprobs)."""
-    from agentrl.grpo import token_logprobs
+    from agentrl.algo.grpo import token_logprobs
 
     ids = torch.tensor([prompt + sampled])
     with torch.no_grad():
@@ -152,7 +152,7 @@ def _hf_logprobs(model, prompt: list[int], sampled: list[int], temperature: floa
 
 def _trainer_scores(s: Setup, model, seq: list[int]) -> torch.Tensor:
     """The trainer's scoring path (batching.score_tokens at T=1) over one fixed sequence."""
-    from agentrl.batching import collate, score_tokens
+    from agentrl.algo.batching import collate, score_tokens
     from agentrl.types import Span, Trajectory
 
     # every position after the first is "trained", so score_tokens scores all of them
@@ -305,7 +305,7 @@ def test_greedy_rollout_makes_the_tool_call_with_the_exact_layout(setup):
 @needs_vllm
 @pytest.mark.slow
 def test_sampled_rollouts_keep_every_invariant_and_the_trainers_logprobs(setup):
-    from agentrl.batching import collate, score_tokens
+    from agentrl.algo.batching import collate, score_tokens
     from agentrl.types import Task
 
     tools = [_add_tool().schema()]
@@ -330,9 +330,9 @@ def test_sampled_rollouts_keep_every_invariant_and_the_trainers_logprobs(setup):
 @needs_vllm
 @pytest.mark.slow
 def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
-    from agentrl.config import AlgoConfig
+    from agentrl.run.config import AlgoConfig
     from agentrl.types import Task
-    from agentrl.update import compute_advantages, grpo_update
+    from agentrl.algo.update import compute_advantages, grpo_update
 
     eng = setup.engine
     # an unfamiliar prompt: the 4 samples differ, so opposite advantages do not cancel

@@ -12,7 +12,7 @@ from agentrl.chat import ChatTemplate
 from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.types import Message
-from agentrl.warmstart import (
+from agentrl.run.warmstart import (
     SFTSettings,
     corrupt_demonstration,
     corrupt_text,
@@ -178,7 +178,7 @@ def test_warm_start_errors_name_the_fix(env, tmp_path):
 def test_unshared_batch_loss_equals_full_logits_loss(tiny):
     from transformers import AutoModelForCausalLM
 
-    from agentrl.warmstart import EncodedDemo, batch_loss
+    from agentrl.run.warmstart import EncodedDemo, batch_loss
 
     model = AutoModelForCausalLM.from_pretrained(tiny)
     batch = [EncodedDemo(list(range(20, 32)), [0] * 4 + [1] * 4 + [0] * 4),
@@ -196,7 +196,7 @@ def test_unshared_batch_loss_equals_full_logits_loss(tiny):
 def test_shared_prefix_batch_loss_equals_full_forward(tiny, env, chat):
     from transformers import AutoModelForCausalLM
 
-    from agentrl.warmstart import batch_loss, shared_prefix_len
+    from agentrl.run.warmstart import batch_loss, shared_prefix_len
 
     tools = [t.schema() for t in env.tools()]
     demos = make_demonstrations(env, SFTSettings(num_demos=6, corruption=0.5, seed=2))
@@ -222,7 +222,7 @@ def test_clean_phase_defaults_to_half_of_the_steps():
 
 
 def test_mix_holds_the_exact_share_of_wrong_demonstrations():
-    from agentrl.warmstart import wrong_per_batch
+    from agentrl.run.warmstart import wrong_per_batch
 
     s = SFTSettings(steps=200, clean_steps=50, batch_size=16, corruption=0.75)
     plan = wrong_per_batch(s)

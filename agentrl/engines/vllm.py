@@ -239,7 +239,7 @@ class VLLMEngine:
         """Teacher-forced log-probs at T=1 under the engine's current weights.
 
         ``out[i][t] = log p(seq[t] | seq[:t])`` and ``out[i][0] = 0.0``: the layout of
-        ``agentrl.batching.score_tokens``, so the two can be compared token by token.
+        ``agentrl.algo.batching.score_tokens``, so the two can be compared token by token.
         """
         from vllm.inputs import TokensPrompt
 

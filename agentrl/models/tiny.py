@@ -223,7 +223,7 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 1
         model = Qwen2ForCausalLM(config).to(torch.float32)
     model.generation_config = GenerationConfig(eos_token_id=ids.eos, pad_token_id=ids.pad,
                                                bos_token_id=None, do_sample=True, temperature=1.0, top_p=1.0)
-    from agentrl.checkpoint import save_hf
+    from agentrl.run.checkpoint import save_hf
 
     save_hf(model, tokenizer, out)
     return out

@@ -39,7 +39,7 @@ Example::
 
     from agentrl.envs.arithmetic import ArithmeticEnv
     from agentrl.models.tiny import ensure_tiny_model
-    from agentrl.warmstart import warm_start
+    from agentrl.run.warmstart import warm_start
 
     path = warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0))      # ~1 min on 2 CPU cores
     assert warm_start(ensure_tiny_model(), ArithmeticEnv(seed=0)) == path  # cached: instant
@@ -421,7 +421,7 @@ prompts are the ones the run will show.
 
     from agentrl.chat import ChatTemplate
     from agentrl.models.tiny import default_cache_dir
-    from agentrl.checkpoint import save_hf
+    from agentrl.run.checkpoint import save_hf
     from agentrl.tool import ToolBox
 
     base = Path(base_model_dir)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentrl.config import Config
+from agentrl.run.config import Config
 
 
 def describe_objective(cfg: Config) -> str:

@@ -26,20 +26,20 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agentrl import distributed as dist
-from agentrl.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
-from agentrl.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
-from agentrl.checkpoint_dcp import is_sharded, load_legacy_optimizer, load_sharded_checkpoint, save_sharded_checkpoint
-from agentrl.config import Config, ConfigError, config_to_dict, save_config
-from agentrl.evaluate import EvalResult, evaluate, score_all
-from agentrl.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
-from agentrl.objective import describe_objective
-from agentrl.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
-from agentrl.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
-from agentrl.rank_merge import StepShard, merge_eval_results, merge_step_shards
+from agentrl.scale import distributed as dist
+from agentrl.run.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
+from agentrl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
+from agentrl.scale.checkpoint_dcp import is_sharded, load_legacy_optimizer, load_sharded_checkpoint, save_sharded_checkpoint
+from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
+from agentrl.run.evaluate import EvalResult, evaluate, score_all
+from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
+from agentrl.algo.objective import describe_objective
+from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
+from agentrl.run.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
+from agentrl.scale.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.types import Task, Trajectory, write_jsonl
-from agentrl.update import UpdateStats, compute_advantages, grpo_update
-from agentrl.weight_sync import WeightSlots, WeightSync
+from agentrl.algo.update import UpdateStats, compute_advantages, grpo_update
+from agentrl.scale.weight_sync import WeightSlots, WeightSync
 
 RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts
 

@@ -1,7 +1,7 @@
 """One step's (or one evaluation's) results from every rank, merged on rank 0 before logging.
 
 Each rank rolls out, scores and filters its own whole groups; rank 0 gathers a ``StepShard``
-per rank (``agentrl.distributed.gather_to_main``) and merges them, so the metrics and the
+per rank (``agentrl.scale.distributed.gather_to_main``) and merges them, so the metrics and the
 rollouts file describe the global batch whatever the number of ranks.
 
     >>> a = StepShard([], 1, 2, 0, 0, 0, 1.0, 0.5, 1)
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from agentrl.evaluate import EvalResult
+from agentrl.run.evaluate import EvalResult
 from agentrl.types import Task, Trajectory
 
 

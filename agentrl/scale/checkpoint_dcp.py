@@ -10,7 +10,7 @@ renamed by rank 0, so a kill at any moment leaves no half checkpoint that resume
 
 ``dcp/`` is resharded on load: a checkpoint written by N ranks resumes in M ranks, M = 1
 included (a single process without FSDP loads it into a plain model). The single-process
-format of ``agentrl.checkpoint`` (``model/`` + ``state.pt`` with the optimizer) is still what a
+format of ``agentrl.run.checkpoint`` (``model/`` + ``state.pt`` with the optimizer) is still what a
 plain single-process run writes; ``load_legacy_optimizer`` resumes it in a sharded run.
 
 Example::
@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.checkpoint import TrainState, _fsync_dir, checkpoint_dir, publish_checkpoint
-from agentrl.distributed import barrier, gather_to_main, get_rank, get_world_size, is_initialized
-from agentrl.weight_sync import export_weights
+from agentrl.run.checkpoint import TrainState, _fsync_dir, checkpoint_dir, publish_checkpoint
+from agentrl.scale.distributed import barrier, gather_to_main, get_rank, get_world_size, is_initialized
+from agentrl.scale.weight_sync import export_weights
 
 FORMAT = "dcp-v1"
 

@@ -15,7 +15,7 @@ gradients is the full-batch gradient whatever the number of ranks.
 
 Example (a single CPU process: nothing to shard, LoRA on)::
 
-    from agentrl.config import LoRAConfig, ParallelConfig
+    from agentrl.run.config import LoRAConfig, ParallelConfig
     plan = resolve_plan(ParallelConfig(), LoRAConfig(enabled=True, r=4), world_size=1, device="cpu")
     assert not plan.fsdp and plan.lora and plan.mixed_precision == "fp32"
     policy = prepare_policy(model, plan, LoRAConfig(enabled=True, r=4), device="cpu")
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agentrl.config import ConfigError, LoRAConfig, ParallelConfig
+from agentrl.run.config import ConfigError, LoRAConfig, ParallelConfig
 
 LORA_HINT = "LoRA needs peft: pip install 'agentrl[lora]' (or pip install 'peft>=0.12' torch==<your torch version>)"
 
@@ -116,7 +116,7 @@ def shard(model: nn.Module, plan: ParallelPlan, device: str) -> nn.Module:
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     if not dist.is_initialized():
-        raise RuntimeError("FSDP needs a process group: call agentrl.distributed.init_distributed first")
+        raise RuntimeError("FSDP needs a process group: call agentrl.scale.distributed.init_distributed first")
     if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
         raise RuntimeError(f"torch {torch.__version__} lacks FSDP2's sum-reduction switch that agentrl's "
                            "sharded training relies on; install a newer torch (2.13 is the tested version)")

@@ -3,7 +3,7 @@
 With ``train.max_staleness = K > 0`` the trainer no longer waits for the slowest rollout of
 each step: a background thread runs ``collect`` (rollout + scoring, DAPO refills included)
 for steps ``s, s+1, ...`` into a bounded queue, on its **own** full-weight copy of the policy
-(``agentrl.weight_sync.WeightSlots``), never on the trainer's live parameters. The rules:
+(``agentrl.scale.weight_sync.WeightSlots``), never on the trainer's live parameters. The rules:
 
 - **Versions.** The trainer's policy version ``v`` counts its optimizer steps (one per training
   step). Every trajectory records the version that sampled it (``Trajectory.policy_version``).
@@ -21,7 +21,7 @@ for steps ``s, s+1, ...`` into a bounded queue, on its **own** full-weight copy 
   the producer is not reading (``publish``); the producer swaps to the newest slot at its next
   batch boundary. Each side waits for the other at most one copy.
 
-Example (the trainer drives it; see ``agentrl.trainer``)::
+Example (the trainer drives it; see ``agentrl.run.trainer``)::
 
     producer = RolloutProducer(trainer.collect, runner, slots, first_step=1, last_step=10,
                                start_version=0, max_staleness=1)
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from agentrl.config import Config, ConfigError
+from agentrl.run.config import Config, ConfigError
 from agentrl.types import Trajectory
-from agentrl.weight_sync import WeightSlots
+from agentrl.scale.weight_sync import WeightSlots
 
 Collect = Callable[[int, object], tuple[list[Trajectory], dict[str, float]]]  # (step, runner) -> batch
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl.build import build_runtime, make_env
-from agentrl.config import Config
-from agentrl.evaluate import EvalResult, evaluate
+from agentrl.run.build import build_runtime, make_env
+from agentrl.run.config import Config
+from agentrl.run.evaluate import EvalResult, evaluate
 
 
 def run_eval_checkpoint(cfg: Config, checkpoint: str | Path) -> EvalResult:

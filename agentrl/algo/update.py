@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl.batching import MicroBatch, collate, plan_micro_batches, score_tokens
-from agentrl.config import AlgoConfig
-from agentrl.distributed import max_floats, sum_floats
-from agentrl.filters import FilterResult, filter_attempts
-from agentrl.grpo import (
+from agentrl.algo.batching import MicroBatch, collate, plan_micro_batches, score_tokens
+from agentrl.run.config import AlgoConfig
+from agentrl.scale.distributed import max_floats, sum_floats
+from agentrl.algo.filters import FilterResult, filter_attempts
+from agentrl.algo.grpo import (
     GroupAdvantages,
     group_advantages,
     policy_loss,

@@ -2,7 +2,7 @@
 
 Example::
 
-    from agentrl.config import Config, load_config
+    from agentrl.run.config import Config, load_config
     cfg = load_config(None, ["algo.num_samples=4", "train.steps=2"])
     assert cfg.algo.num_samples == 4 and isinstance(cfg, Config)
 
@@ -34,7 +34,7 @@ class ModelConfig:
     template: str | None = None  # chat template: name in agentrl/templates, file, or None = tokenizer's
     tiny_seed: int = 0  # seed of the tiny model when path == "tiny"
     # torch CPU threads; None = 1 for a model under 50M parameters on CPU, else
-    # min(2, cores // local ranks) (agentrl.build.set_threads)
+    # min(2, cores // local ranks) (agentrl.run.build.set_threads)
     num_threads: int | None = None
     device: str = "cpu"
     engine: Literal["hf", "vllm"] = "hf"  # generation backend

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.config import Config, ConfigError
+from agentrl.run.config import Config, ConfigError
 
 BUILTIN_ENVS = {
     "arithmetic": "agentrl.envs.arithmetic:ArithmeticEnv",
@@ -71,7 +71,7 @@ def resolve_model_path(cfg: Config, env=None) -> str:
             raise ConfigError(
                 f"warmstart.enabled needs an environment with demonstrations(); {cfg.env.name!r} has none"
             )
-        from agentrl.warmstart import warm_start
+        from agentrl.run.warmstart import warm_start
 
         ws = cfg.warmstart
         path = str(warm_start(path, env, num_demos=ws.num_demos, steps=ws.steps, lr=ws.lr,
@@ -135,9 +135,9 @@ def make_engine(cfg: Config, model, tokenizer, model_path: str, threads: int):
 def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | None = None) -> Runtime:
     """Load the model at ``model_path`` and wire engine, chat template, tools and rollout.
 
-    ``plan`` (an ``agentrl.parallel.ParallelPlan``) lays the policy out for training (LoRA,
+    ``plan`` (an ``agentrl.scale.parallel.ParallelPlan``) lays the policy out for training (LoRA,
     gradient checkpointing, FSDP2); under FSDP the HF engine gets its own full-weight copy
-    (``Runtime.sampler``) that ``agentrl.weight_sync.WeightSync`` refreshes after each step.
+    (``Runtime.sampler``) that ``agentrl.scale.weight_sync.WeightSync`` refreshes after each step.
     ``device`` overrides ``cfg.model.device`` (e.g. ``cuda:3`` for local rank 3).
     """
     from agentrl.chat import ChatTemplate
@@ -149,7 +149,7 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     if plan is None or plan.plain:
         model, tok = load_model_and_tokenizer(model_path, device)
     else:
-        from agentrl.parallel import prepare_policy
+        from agentrl.scale.parallel import prepare_policy
 
         # FSDP moves each shard to the device itself: the full model never sits on one GPU.
         model, tok = load_model_and_tokenizer(model_path, "cpu" if plan.fsdp else device)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl.grpo import token_logprobs
+from agentrl.algo.grpo import token_logprobs
 from agentrl.types import Trajectory
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from agentrl.grpo import GroupAdvantages
+from agentrl.algo.grpo import GroupAdvantages
 from agentrl.types import FINISH_REASONS
 
 
@@ -62,7 +62,7 @@ def filter_attempts(
 ) -> FilterResult:
     """Decide which attempts enter the loss; all filters off keeps everything.
 
-    >>> from agentrl.grpo import group_advantages
+    >>> from agentrl.algo.grpo import group_advantages
     >>> adv = group_advantages(torch.tensor([[1., 0], [1, 1]]))
     >>> r = filter_attempts(adv, ["stop", "length", "stop", "stop"], [False] * 4,
     ...                     drop_zero_variance=True, mask_truncated=True)
