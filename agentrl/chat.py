@@ -19,13 +19,17 @@ import difflib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from agentrl.types import Message, ToolCall
+from agentrl.formats import FORMATS, FormatDetectionError, Renderer, detect_format, get_format
+from agentrl.formats.base import ParsedTurn, ToolSchemas
+from agentrl.formats.hermes import parse_hermes  # noqa: F401  (re-exported: agentrl.chat.parse_hermes)
+from agentrl.formats.llama3_json import parse_llama3_json  # noqa: F401  (re-exported)
+from agentrl.types import Message
 
-TOOL_CALL_FORMATS = ("hermes", "llama3_json")
+TOOL_CALL_FORMATS = tuple(FORMATS)  # agentrl/formats: hermes, llama3_json, qwen_xml, glm4, harmony...
 _PLACEHOLDER = "AgentrlPh{}Z"  # survives tojson, trim and string concatenation unchanged
 _PLACEHOLDER_RE = re.compile(r"AgentrlPh(\d+)Z")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -42,15 +46,6 @@ class Segment:
 
     token_ids: list[int]
     kind: str
-
-
-@dataclass
-class ParsedTurn:
-    """An assistant turn split into text and tool calls."""
-
-    content: str  # the text with the tool-call blocks removed (stripped)
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # one message per malformed call block
 
 
 def encode_literal(tokenizer: Any, text: str) -> list[int]:
@@ -196,13 +191,28 @@ def split_rendered(real: str, with_placeholders: str, contents: list[str]) -> li
     return walk(0, 0)
 
 
-def detect_tool_call_format(source: str) -> str:
-    if "<tool_call>" in source:
-        return "hermes"
-    if "<|python_tag|>" in source or "ipython" in source or '"parameters"' in source:
-        return "llama3_json"
-    raise TemplateError("cannot tell the tool-call format from the chat template; pass "
-                        f"tool_call_format= one of {TOOL_CALL_FORMATS}")
+def template_renderer(tokenizer: Any, source: str, **template_kwargs: Any) -> Renderer:
+    """``(chat messages, tools, add_generation_prompt) -> text`` with transformers' renderer."""
+    def render(messages: list[dict[str, Any]], tools: ToolSchemas, add_generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(messages, tools=tools, chat_template=source, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt, **template_kwargs)
+    return render
+
+
+def detect_tool_call_format(source: str, tokenizer: Any, **template_kwargs: Any) -> str:
+    """The tool-call format the template writes, found by rendering a known call and reading it
+    back with every registered format (agentrl/formats); raises TemplateError, naming the
+    candidates and the ``tool_call_format=`` fix, unless exactly one format reads it.
+
+    >>> from transformers import AutoTokenizer
+    >>> from agentrl.models.tiny import ensure_tiny_model
+    >>> detect_tool_call_format(resolve_template_source(None, "hermes"), AutoTokenizer.from_pretrained(ensure_tiny_model()))
+    'hermes'
+    """
+    try:
+        return detect_format(template_renderer(tokenizer, source, **template_kwargs))
+    except FormatDetectionError as e:
+        raise TemplateError(f"cannot tell the tool-call format from the chat template: {e}") from e
 
 
 class ChatTemplate:
@@ -221,15 +231,19 @@ class ChatTemplate:
         self.tokenizer = tokenizer
         self.source = resolve_template_source(tokenizer, template)
         self.template_kwargs = dict(template_kwargs or {})  # extra jinja variables (enable_thinking...)
-        fmt = tool_call_format or detect_tool_call_format(self.source)
+        fmt = tool_call_format or detect_tool_call_format(self.source, tokenizer, **self.template_kwargs)
         if fmt not in TOOL_CALL_FORMATS:
             raise TemplateError(f"unknown tool_call_format {fmt!r}; use one of {TOOL_CALL_FORMATS}")
         self.tool_call_format = fmt
+        self.format = get_format(fmt)
         self.turn_end = self._detect_turn_end()
         self._turn_end_id = tokenizer.convert_tokens_to_ids(self.turn_end)
         eos = getattr(tokenizer, "eos_token_id", None)
         eos_ids = eos if isinstance(eos, list) else ([] if eos is None else [eos])
-        self.stop_token_ids = list(dict.fromkeys([self._turn_end_id, *eos_ids]))
+        # the format's call-turn stop tokens (gpt-oss <|call|>...), where this tokenizer has them
+        vocab = tokenizer.get_added_vocab()
+        call_stops = [vocab[t] for t in self.format.stop_tokens if t in vocab]
+        self.stop_token_ids = list(dict.fromkeys([self._turn_end_id, *eos_ids, *call_stops]))
 
     def _detect_turn_end(self) -> str:
         probe = [Message("user", _PROBE_USER), Message("assistant", _PROBE_ASSISTANT)]
@@ -313,88 +327,11 @@ class ChatTemplate:
                                 "(the template transforms them in an unsupported way)")
         return self._segments([(closing, False)] + pieces, "tool")
 
-    def parse_assistant(self, text: str) -> ParsedTurn:
-        """Split a sampled assistant text into content and tool calls (``self.tool_call_format``)."""
-        for stop in (self.turn_end, getattr(self.tokenizer, "eos_token", None)):
+    def parse_assistant(self, text: str, tools: ToolSchemas = None) -> ParsedTurn:
+        """Split a sampled assistant text into content and tool calls (``self.tool_call_format``).
+        ``tools`` (the schemas) type the values of formats that write strings bare (qwen_xml,
+        glm4, atem_xml); without them a value that reads as JSON is taken as JSON."""
+        for stop in (self.turn_end, getattr(self.tokenizer, "eos_token", None), *self.format.stop_tokens):
             if stop and text.endswith(stop):
                 text = text[: -len(stop)]
-        if self.tool_call_format == "hermes":
-            return parse_hermes(text)
-        return parse_llama3_json(text)
-
-
-_HERMES_RE = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)\Z", re.DOTALL)
-
-
-def parse_hermes(text: str) -> ParsedTurn:
-    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, any number per turn.
-    A final unclosed block is accepted when its JSON is complete (as vLLM's hermes parser does).
-
-    >>> parse_hermes('Hi <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>').tool_calls
-    [ToolCall(name='f', arguments={'x': 1}, id=None)]
-    """
-    calls: list[ToolCall] = []
-    errors: list[str] = []
-    for n, m in enumerate(_HERMES_RE.finditer(text), start=1):
-        body = m.group(1) if m.group(1) is not None else m.group(2)
-        where = f"tool call {n}" + ("" if m.group(1) is not None else " (unclosed <tool_call>)")
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as e:
-            errors.append(f"{where}: invalid JSON ({e.msg} at char {e.pos})")
-            continue
-        _add_call(obj, where, calls, errors)
-    return ParsedTurn(_HERMES_RE.sub("", text).strip(), calls, errors)
-
-
-def parse_llama3_json(text: str) -> ParsedTurn:
-    """Llama 3.x JSON calls: ``{"name": ..., "parameters": {...}}`` as the whole turn, optionally
-    after ``<|python_tag|>``; several objects may be separated by ``;``.
-
-    >>> parse_llama3_json('{"name": "f", "parameters": {"x": 1}}').tool_calls[0].name
-    'f'
-    """
-    if "<|python_tag|>" in text:
-        content, body = text.split("<|python_tag|>", 1)
-    elif text.lstrip().startswith("{"):
-        content, body = "", text
-    else:
-        return ParsedTurn(text.strip())
-    calls: list[ToolCall] = []
-    errors: list[str] = []
-    decoder = json.JSONDecoder()
-    pos, n = 0, 0
-    while True:
-        while pos < len(body) and (body[pos].isspace() or body[pos] == ";"):
-            pos += 1
-        if pos == len(body):
-            break
-        n += 1
-        try:
-            obj, pos = decoder.raw_decode(body, pos)
-        except json.JSONDecodeError as e:
-            errors.append(f"tool call {n}: invalid JSON ({e.msg} at char {e.pos})")
-            break
-        _add_call(obj, f"tool call {n}", calls, errors)
-    return ParsedTurn(content.strip(), calls, errors)
-
-
-def _add_call(obj: Any, where: str, calls: list[ToolCall], errors: list[str]) -> None:
-    if not isinstance(obj, dict):
-        errors.append(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        return
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        errors.append(f'{where}: missing "name"')
-        return
-    args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):  # some models JSON-encode the arguments a second time
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            errors.append(f'{where}: "arguments" is a string that is not JSON')
-            return
-    if not isinstance(args, dict):
-        errors.append(f'{where}: "arguments" must be a JSON object, got {type(args).__name__}')
-        return
-    calls.append(ToolCall(name=name, arguments=args, id=obj.get("id") if isinstance(obj.get("id"), str) else None))
+        return self.format.parse(text, tools)
