@@ -198,8 +198,9 @@ def _parity_score(task, messages) -> Score:
 
 @pytest.mark.slow
 def test_staleness_0_is_the_synchronous_loop_bit_for_bit(tmp_path):
+    from agentrl.algo.objective import Objective
+    from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
     from agentrl.run.trainer import Trainer
-    from agentrl.algo.update import compute_advantages, grpo_update
 
     over = ["train.steps=2", "eval.at_start=false", "eval.num_tasks=2", "train.checkpoint_every=100",
             "train.num_iterations=2", "algo.is_level=token"]
@@ -223,11 +224,12 @@ def test_staleness_0_is_the_synchronous_loop_bit_for_bit(tmp_path):
     cfg = b.cfg
     for step in (1, 2):
         trajs, _ = b.collect(step)
-        adv, filt = compute_advantages(trajs, cfg.algo)
-        grpo_update(b.model, b.optimizer, b.scheduler, trajs, filt.keep.tolist(), cfg.algo,
-                    temperature=cfg.rollout.temperature, micro_batch_tokens=cfg.train.micro_batch_tokens,
-                    num_iterations=cfg.train.num_iterations, max_grad_norm=cfg.optim.max_grad_norm,
-                    pad_id=b.tokenizer.pad_token_id, norm_len=cfg.rollout.max_total_tokens)
+        objective = Objective.from_config(cfg)
+        adv, filt = compute_advantages(trajs, objective)
+        grpo_update(b.model, b.optimizer, b.scheduler, trajs, filt.keep.tolist(), objective,
+                    UpdateSettings(micro_batch_tokens=cfg.train.micro_batch_tokens,
+                                   num_iterations=cfg.train.num_iterations, max_grad_norm=cfg.optim.max_grad_norm,
+                                   pad_id=b.tokenizer.pad_token_id))
         b.sync(b.model)
         logged = read_jsonl(str(tmp_path / "a" / "rollouts" / f"step_{step:06d}.jsonl"))
         assert [t.token_ids for t in logged] == [t.token_ids for t in trajs]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from agentrl.algo.batching import collate, plan_micro_batches
@@ -86,3 +88,15 @@ def test_collate_pads_right_and_keeps_mask():
     assert mb.attention_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
     assert mb.loss_mask.tolist() == [[0, 1, 0], [0, 1, 1]]
     assert mb.sampler_logprobs.tolist() == [[0.0, -0.5, 0.0], [0.0, -1.0, -2.0]]
+
+
+def test_objective_is_resolved_once_from_the_config():
+    from agentrl.algo.objective import Objective
+
+    default = Objective.from_config(load_config(None))
+    # The objective's own defaults are the config's (norm_len resolved to the token budget).
+    assert dataclasses.replace(default, sampling="") == Objective(norm_len=load_config(None).rollout.max_total_tokens)
+    cfg = load_config(None, ["algo.agg=seq-mean-token-sum-norm", "rollout.max_total_tokens=300", "algo.kl_coef=0.1"])
+    obj = Objective.from_config(cfg)
+    assert obj.norm_len == 300 and obj.uses_reference and "(G · 300)" in obj.describe()
+    assert describe_objective(cfg) == obj.describe()

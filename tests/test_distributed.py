@@ -9,6 +9,7 @@ as JSONL, so both runs see exactly the same tokens, masks and rewards.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -129,15 +130,25 @@ def tiny():
     return lambda: load_model_and_tokenizer(path)
 
 
+def _objective_and_settings(cfg, pad_id):
+    """The run's objective scored at T=1 with a 64-token Dr. GRPO normalizer, and its update settings."""
+    from agentrl.algo.objective import Objective
+    from agentrl.algo.update import UpdateSettings
+
+    objective = dataclasses.replace(Objective.from_config(cfg), temperature=1.0, norm_len=64)
+    return objective, UpdateSettings(micro_batch_tokens=cfg.train.micro_batch_tokens,
+                                     num_iterations=cfg.train.num_iterations,
+                                     max_grad_norm=cfg.optim.max_grad_norm, pad_id=pad_id)
+
+
 def _update(model, trajs, cfg, ref=None):
-    from agentrl.run.trainer import build_optimizer
     from agentrl.algo.update import compute_advantages, grpo_update
+    from agentrl.run.trainer import build_optimizer
 
     opt, sched = build_optimizer(cfg, model)
-    adv, filt = compute_advantages(trajs, cfg.algo)
-    st = grpo_update(model, opt, sched, trajs, filt.keep.tolist(), cfg.algo, temperature=1.0,
-                     micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
-                     max_grad_norm=cfg.optim.max_grad_norm, pad_id=0, norm_len=64, ref_model=ref)
+    objective, settings = _objective_and_settings(cfg, pad_id=0)
+    adv, filt = compute_advantages(trajs, objective)
+    st = grpo_update(model, opt, sched, trajs, filt.keep.tolist(), objective, settings, ref_model=ref)
     return st, opt, sched
 
 
@@ -284,11 +295,10 @@ def _worker(batch_path: str, out_dir: str, ckpt_run: str) -> None:
     ref = prepare_reference(load_model_and_tokenizer(path)[0], plan, "cpu")
     before = {n: t.clone() for n, t in export_weights(model)}
     mine = rank_share(read_jsonl(batch_path), info.rank, info.world_size)
-    adv, filt = compute_advantages(mine, cfg.algo)
+    objective, settings = _objective_and_settings(cfg, pad_id=tok.pad_token_id)
+    adv, filt = compute_advantages(mine, objective)
     t0 = time.perf_counter()
-    st = grpo_update(model, opt, sched, mine, filt.keep.tolist(), cfg.algo, temperature=1.0,
-                     micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
-                     max_grad_norm=cfg.optim.max_grad_norm, pad_id=tok.pad_token_id, norm_len=64, ref_model=ref)
+    st = grpo_update(model, opt, sched, mine, filt.keep.tolist(), objective, settings, ref_model=ref)
     update_s = time.perf_counter() - t0
     after = {n: t.clone() for n, t in export_weights(model)}
     old = gather_to_main({f"{t.group_id}/{t.sample_index}": t.old_logprobs for t in mine})

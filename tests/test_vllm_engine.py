@@ -330,9 +330,9 @@ def test_sampled_rollouts_keep_every_invariant_and_the_trainers_logprobs(setup):
 @needs_vllm
 @pytest.mark.slow
 def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
-    from agentrl.run.config import AlgoConfig
+    from agentrl.algo.objective import Objective
+    from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
     from agentrl.types import Task
-    from agentrl.algo.update import compute_advantages, grpo_update
 
     eng = setup.engine
     # an unfamiliar prompt: the 4 samples differ, so opposite advantages do not cancel
@@ -342,14 +342,13 @@ def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
     assert len({tuple(t.token_ids) for t in trajs}) > 1
     for i, t in enumerate(trajs):
         t.reward = float(i % 2)  # a group with signal, whatever was sampled
-    algo = AlgoConfig()
     trainer = copy.deepcopy(setup.model)
     opt = torch.optim.AdamW(trainer.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    _, filt = compute_advantages(trajs, algo)
-    stats = grpo_update(trainer, opt, sched, trajs, filt.keep.tolist(), algo, temperature=1.5,
-                        micro_batch_tokens=4096, num_iterations=1, max_grad_norm=1.0,
-                        pad_id=setup.tokenizer.pad_token_id, norm_len=512)
+    objective = Objective(temperature=1.5, norm_len=512)  # the defaults of AlgoConfig, scored at T=1.5
+    _, filt = compute_advantages(trajs, objective)
+    stats = grpo_update(trainer, opt, sched, trajs, filt.keep.tolist(), objective,
+                        UpdateSettings(micro_batch_tokens=4096, pad_id=setup.tokenizer.pad_token_id))
     # μ (vLLM's sampled log-probs) vs π_old (the trainer's): the off-policy mismatch metric
     assert stats.trained_tokens > 0 and stats.mismatch_max < LOGPROB_TOL
 

@@ -1,40 +1,155 @@
-"""The one block a run prints at start: what exactly it optimizes."""
+"""The objective a run optimizes, as one object: resolved once from the config, it computes
+the advantages, picks the attempts that enter the loss, computes the loss, and prints itself.
+
+Every GRPO variant is a field here: adding one is a field, a branch in the math
+(:mod:`agentrl.algo.grpo`) and a line in :meth:`Objective.describe`. The printed block comes
+from the same object that computes the loss, so the two cannot drift apart.
+
+Example (the defaults: GRPO with population std, ε = 0.2, seq-mean-token-mean, no KL)::
+
+    >>> import torch
+    >>> obj = Objective()
+    >>> adv = obj.advantages(torch.tensor([1., 1, 1, 0, 0, 0, 0, 0]), ["g"] * 8)
+    >>> [round(a, 2) for a in adv.advantages[[0, 3]].tolist()]
+    [1.29, -0.77]
+    >>> print(obj.describe().splitlines()[2])
+     surrogate   L_t = -min(ρA, clip(ρ, 1-0.2, 1+0.2)A),  ρ = π_θ/π_old
+"""
 
 from __future__ import annotations
 
-from agentrl.run.config import Config
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from agentrl.algo.filters import FilterResult, filter_attempts
+from agentrl.algo.grpo import GroupAdvantages, PolicyLossOutput, group_advantages, policy_loss, truncated_is_weights
 
 
-def describe_objective(cfg: Config) -> str:
-    """Human-readable statement of the resolved objective (advantage, normalizer, clip, KL, IS, filters)."""
-    a = cfg.algo
-    adv = "A_i = (r_i - mean(r)) / std(r)" if a.scale == "std" else "A_i = r_i - mean(r)   (Dr. GRPO: no std division)"
-    norm = {
-        "seq-mean-token-mean": "1/G Σ_i 1/|y_i| Σ_t L_t   (seq-mean-token-mean)",
-        "token-mean": "Σ_i Σ_t L_t / Σ_i |y_i|   (token-mean, DAPO)",
-        "seq-mean-token-sum-norm": f"Σ_i Σ_t L_t / (G · {a.norm_len or cfg.rollout.max_total_tokens})   "
-        "(seq-mean-token-sum-norm, Dr. GRPO)",
-    }[a.agg]
-    clip = f"L_t = -min(ρA, clip(ρ, 1-{a.eps_low}, 1+{a.eps_high})A),  ρ = π_θ/π_old"
-    if a.dual_clip:
-        clip += f";  dual-clip for A<0: L_t = min(L_t, -{a.dual_clip}·A)"
-    kl = "none (β = 0, no reference model loaded)" if a.kl_coef == 0 else f"β={a.kl_coef}, estimator {a.kl_estimator}"
-    isw = "off (π_old is the sampler)" if a.is_level == "none" else f"min(π_old/μ, {a.is_cap}) at {a.is_level} level"
-    filters = [name for name, on in [
-        ("drop zero-variance groups" + (" (refill batch)" if a.refill_batch else ""), a.drop_zero_variance),
-        ("mask truncated attempts", a.mask_truncated),
-        ("drop attempts with void turns", a.drop_void_turns),
-    ] if on]
-    lines = [
-        "── objective ───────────────────────────────────────────────",
-        f" advantage   {adv}   std={a.std}, floor={a.std_floor} (zero-variance group -> A=0)",
-        f" surrogate   {clip}",
-        f" aggregate   {norm}",
-        f" KL          {kl}",
-        f" IS weight   {isw}",
-        f" filters     {', '.join(filters) if filters else 'none'}",
-        f" sampling    G={a.num_samples}, prompts/step={cfg.train.prompts_per_step}, T={cfg.rollout.temperature}, "
-        f"iterations/step={cfg.train.num_iterations}, lr={cfg.optim.lr} (warmup {cfg.optim.warmup_steps}, {cfg.optim.schedule})",
-        "────────────────────────────────────────────────────────────",
-    ]
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class Objective:
+    """The resolved GRPO objective (defaults: docs/design.md, "The objective").
+
+    Build it with :meth:`from_config`; every default that depends on another setting
+    (``norm_len`` = the rollout's token budget) is resolved there, once.
+    """
+
+    # advantage: A_i = (r_i - mean(r)) / std(r), or r_i - mean(r) with scale "none" (Dr. GRPO)
+    std: str = "population"
+    scale: str = "std"
+    std_floor: float = 1e-6
+    # clipped surrogate (clip-higher when eps_high > eps_low; dual clip for A < 0)
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip: float | None = None
+    # aggregation over tokens and attempts; norm_len is Dr. GRPO's constant normalizer
+    agg: str = "seq-mean-token-mean"
+    norm_len: int = 2048
+    # KL to the frozen reference (β = 0: no reference model is loaded)
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    # truncated importance weight min(π_old/μ, C) against the sampler μ ("none": off)
+    is_level: str = "none"
+    is_cap: float = 2.0
+    # which attempts enter the loss
+    drop_zero_variance: bool = False
+    refill_batch: bool = False
+    mask_truncated: bool = False
+    drop_void_turns: bool = False
+    # the sampling temperature, which the trainer's log-probs must use too
+    temperature: float = 1.0
+    # the printed "sampling" line: G, prompts/step, T, iterations, learning rate
+    sampling: str = ""
+
+    @classmethod
+    def from_config(cls, cfg) -> "Objective":  # cfg: agentrl.run.config.Config
+        """The objective of a run config, every default resolved."""
+        a = cfg.algo
+        sampling = (f"G={a.num_samples}, prompts/step={cfg.train.prompts_per_step}, T={cfg.rollout.temperature}, "
+                    f"iterations/step={cfg.train.num_iterations}, lr={cfg.optim.lr} "
+                    f"(warmup {cfg.optim.warmup_steps}, {cfg.optim.schedule})")
+        return cls(
+            std=a.std, scale=a.scale, std_floor=a.std_floor, eps_low=a.eps_low, eps_high=a.eps_high,
+            dual_clip=a.dual_clip, agg=a.agg, norm_len=a.norm_len or cfg.rollout.max_total_tokens,
+            kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, is_level=a.is_level, is_cap=a.is_cap,
+            drop_zero_variance=a.drop_zero_variance, refill_batch=a.refill_batch,
+            mask_truncated=a.mask_truncated, drop_void_turns=a.drop_void_turns,
+            temperature=cfg.rollout.temperature, sampling=sampling,
+        )
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the loss needs a reference model's log-probs (β > 0)."""
+        return self.kl_coef > 0
+
+    @property
+    def uses_is_weights(self) -> bool:
+        return self.is_level != "none"
+
+    def advantages(self, rewards: Tensor, group_ids: Sequence[Hashable]) -> GroupAdvantages:
+        """A_i of every attempt, normalized within its group."""
+        return group_advantages(rewards, group_ids, std=self.std, scale=self.scale, std_floor=self.std_floor)
+
+    def select(self, adv: GroupAdvantages, finish_reasons: Sequence[str], has_void_turn: Sequence[bool]) -> FilterResult:
+        """Which attempts enter the loss (the filters that are on), each exclusion counted."""
+        return filter_attempts(adv, finish_reasons, has_void_turn, drop_zero_variance=self.drop_zero_variance,
+                               mask_truncated=self.mask_truncated, drop_void_turns=self.drop_void_turns)
+
+    def is_weights(self, old_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor) -> Tensor | None:
+        """min(π_old/μ, C) per token [B, T], or None when the IS weight is off."""
+        if not self.uses_is_weights:
+            return None
+        return truncated_is_weights(old_logprobs, sampler_logprobs, mask, cap=self.is_cap, level=self.is_level)
+
+    def loss(self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+             total_seqs: int, total_tokens: int, is_weights: Tensor | None = None,
+             ref_logprobs: Tensor | None = None) -> PolicyLossOutput:
+        """The loss of one micro-batch, normalized by the whole batch's counts (``total_seqs``
+        attempts, ``total_tokens`` trained tokens) so micro-batch gradients sum to the batch's."""
+        return policy_loss(
+            logprobs, old_logprobs, advantages, mask, eps_low=self.eps_low, eps_high=self.eps_high,
+            dual_clip=self.dual_clip, agg=self.agg, total_seqs=total_seqs, total_tokens=total_tokens,
+            norm_len=self.norm_len, is_weights=is_weights, ref_logprobs=ref_logprobs if self.uses_reference else None,
+            kl_coef=self.kl_coef, kl_estimator=self.kl_estimator,
+        )
+
+    def describe(self) -> str:
+        """The block a run prints at start: advantage, surrogate, aggregation, KL, IS, filters."""
+        adv = ("A_i = (r_i - mean(r)) / std(r)" if self.scale == "std"
+               else "A_i = r_i - mean(r)   (Dr. GRPO: no std division)")
+        norm = {
+            "seq-mean-token-mean": "1/G Σ_i 1/|y_i| Σ_t L_t   (seq-mean-token-mean)",
+            "token-mean": "Σ_i Σ_t L_t / Σ_i |y_i|   (token-mean, DAPO)",
+            "seq-mean-token-sum-norm": f"Σ_i Σ_t L_t / (G · {self.norm_len})   (seq-mean-token-sum-norm, Dr. GRPO)",
+        }[self.agg]
+        clip = f"L_t = -min(ρA, clip(ρ, 1-{self.eps_low}, 1+{self.eps_high})A),  ρ = π_θ/π_old"
+        if self.dual_clip:
+            clip += f";  dual-clip for A<0: L_t = min(L_t, -{self.dual_clip}·A)"
+        kl = ("none (β = 0, no reference model loaded)" if not self.uses_reference
+              else f"β={self.kl_coef}, estimator {self.kl_estimator}")
+        isw = ("off (π_old is the sampler)" if not self.uses_is_weights
+               else f"min(π_old/μ, {self.is_cap}) at {self.is_level} level")
+        filters = [name for name, on in [
+            ("drop zero-variance groups" + (" (refill batch)" if self.refill_batch else ""), self.drop_zero_variance),
+            ("mask truncated attempts", self.mask_truncated),
+            ("drop attempts with void turns", self.drop_void_turns),
+        ] if on]
+        lines = [
+            "── objective ───────────────────────────────────────────────",
+            f" advantage   {adv}   std={self.std}, floor={self.std_floor} (zero-variance group -> A=0)",
+            f" surrogate   {clip}",
+            f" aggregate   {norm}",
+            f" KL          {kl}",
+            f" IS weight   {isw}",
+            f" filters     {', '.join(filters) if filters else 'none'}",
+        ]
+        if self.sampling:
+            lines.append(f" sampling    {self.sampling}")
+        lines.append("────────────────────────────────────────────────────────────")
+        return "\n".join(lines)
+
+
+def describe_objective(cfg) -> str:
+    """The printed block of a run config (:meth:`Objective.describe` of its objective)."""
+    return Objective.from_config(cfg).describe()

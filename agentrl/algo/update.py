@@ -19,38 +19,81 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.algo.batching import MicroBatch, collate, plan_micro_batches, score_tokens
-from agentrl.run.config import AlgoConfig
 from agentrl.scale.distributed import max_floats, sum_floats
-from agentrl.algo.filters import FilterResult, filter_attempts
-from agentrl.algo.grpo import (
-    GroupAdvantages,
-    group_advantages,
-    policy_loss,
-    truncated_is_weights,
-)
+from agentrl.algo.filters import FilterResult
+from agentrl.algo.grpo import GroupAdvantages
+from agentrl.algo.objective import Objective
 from agentrl.types import Trajectory
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How the update runs (the objective says what it optimizes)."""
+
+    micro_batch_tokens: int  # padded tokens per forward/backward
+    num_iterations: int = 1  # optimizer steps per batch (π_old fixed across them)
+    max_grad_norm: float = 1.0
+    pad_id: int = 0
+    device: str = "cpu"
 
 
 @dataclass
 class UpdateStats:
-    loss: float = 0.0
-    pg_loss: float = 0.0
-    clip_frac: float = 0.0
-    kl: float = 0.0
-    entropy: float = 0.0
-    grad_norm: float = 0.0
-    ratio_mean: float = 1.0
-    ratio_max: float = 1.0
-    mismatch_mean: float = 0.0  # mean |log π_old - log μ| over masked tokens
+    """What one update did, reduced over ranks.
+
+    Two kinds of fields, by which pass they describe: ``loss``, ``pg_loss``, ``grad_norm`` and
+    ``ratio_*`` describe the **last** iteration (the parameters the step ends with); ``entropy``,
+    ``clip_frac``, ``kl``, ``mismatch_*`` and ``is_*`` describe the **first** iteration, where
+    π_θ = π_old (so they measure the batch as sampled). Token means are over trained tokens.
+    """
+
+    loss: float = 0.0  # last iteration
+    pg_loss: float = 0.0  # last iteration
+    grad_norm: float = 0.0  # last iteration, before clipping
+    ratio_mean: float = 1.0  # last iteration: π_θ/π_old over trained tokens
+    ratio_max: float = 1.0  # last iteration
+    entropy: float = 0.0  # first iteration
+    clip_frac: float = 0.0  # first iteration
+    kl: float = 0.0  # first iteration: KL(π_θ || π_ref) estimate per token
+    mismatch_mean: float = 0.0  # first iteration: mean |log π_old - log μ| over trained tokens
     mismatch_max: float = 0.0
-    is_weight_mean: float = 1.0
+    is_weight_mean: float = 1.0  # first iteration: min(π_old/μ, C); 1 when the IS weight is off
     is_weight_max: float = 1.0
-    is_trunc_frac: float = 0.0
+    is_trunc_frac: float = 0.0  # first iteration: share of tokens at the cap
     trained_attempts: int = 0
     trained_tokens: int = 0
 
+    def metrics(self) -> dict[str, float]:
+        """The logged names of these figures (see :data:`UPDATE_METRICS`)."""
+        return {
+            "loss": self.loss, "pg_loss": self.pg_loss, "clip_frac": self.clip_frac, "kl": self.kl,
+            "entropy": self.entropy, "grad_norm": self.grad_norm, "ratio/mean": self.ratio_mean,
+            "ratio/max": self.ratio_max, "mismatch/abs_mean": self.mismatch_mean,
+            "mismatch/abs_max": self.mismatch_max, "is/weight_mean": self.is_weight_mean,
+            "is/weight_max": self.is_weight_max, "is/trunc_frac": self.is_trunc_frac,
+            "train/attempts": float(self.trained_attempts), "train/tokens": float(self.trained_tokens),
+        }
 
-def compute_advantages(trajs: list[Trajectory], algo: AlgoConfig) -> tuple[GroupAdvantages, FilterResult]:
+
+# The metrics an update logs every step, whatever the objective's variant.
+UPDATE_METRICS: tuple[str, ...] = tuple(UpdateStats().metrics())
+
+
+@dataclass
+class _FirstPass:
+    """Sums over the first iteration's trained tokens (divided by the token count at the end)."""
+
+    entropy: float = 0.0
+    clip: float = 0.0
+    kl: float = 0.0
+    mismatch: float = 0.0
+    mismatch_max: float = 0.0
+    is_weight: float = 0.0
+    is_weight_max: float = 0.0
+    is_trunc: float = 0.0
+
+
+def compute_advantages(trajs: list[Trajectory], objective: Objective) -> tuple[GroupAdvantages, FilterResult]:
     """Advantages from rewards (written into each trajectory) and the attempt filters."""
     if not trajs:  # a rank with no prompt this step (fewer prompts than ranks)
         empty = torch.zeros(0, dtype=torch.bool)
@@ -58,18 +101,10 @@ def compute_advantages(trajs: list[Trajectory], algo: AlgoConfig) -> tuple[Group
                 FilterResult(keep=empty, zero_variance_groups=0, dropped_zero_variance=0, masked_truncated=0,
                              dropped_void=0))
     rewards = torch.tensor([float(t.reward or 0.0) for t in trajs], dtype=torch.float64)
-    adv = group_advantages(rewards, [t.group_id for t in trajs], std=algo.std, scale=algo.scale,
-                           std_floor=algo.std_floor)
+    adv = objective.advantages(rewards, [t.group_id for t in trajs])
     for t, a in zip(trajs, adv.advantages.tolist()):
         t.advantage = float(a)
-    filt = filter_attempts(
-        adv,
-        [t.finish_reason for t in trajs],
-        [t.metadata.get("void_turns", 0) > 0 for t in trajs],
-        drop_zero_variance=algo.drop_zero_variance,
-        mask_truncated=algo.mask_truncated,
-        drop_void_turns=algo.drop_void_turns,
-    )
+    filt = objective.select(adv, [t.finish_reason for t in trajs], [t.metadata.get("void_turns", 0) > 0 for t in trajs])
     return adv, filt
 
 
@@ -87,22 +122,23 @@ def _full_norm(gn) -> float:
     return float(gn.full_tensor() if isinstance(gn, DTensor) else gn)
 
 
-def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list[bool], algo: AlgoConfig,
-                *, temperature: float, micro_batch_tokens: int, num_iterations: int, max_grad_norm: float,
-                pad_id: int, norm_len: int, ref_model=None, device: str = "cpu") -> UpdateStats:
-    """Apply ``num_iterations`` optimizer steps on the kept trajectories; fill ``old_logprobs``.
+def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list[bool], objective: Objective,
+                settings: UpdateSettings, ref_model=None) -> UpdateStats:
+    """Apply ``settings.num_iterations`` optimizer steps of ``objective`` on the kept
+    trajectories; fill their ``old_logprobs``.
 
     Under torchrun, ``trajs`` are this rank's; every rank must call this (collectively).
     """
     stats = UpdateStats()
     idx = [i for i, k in enumerate(keep) if k and sum(trajs[i].loss_mask) > 0]
     rows = [trajs[i] for i in idx]
-    plan = plan_micro_batches([len(t.token_ids) for t in rows], micro_batch_tokens) if rows else []
+    plan = plan_micro_batches([len(t.token_ids) for t in rows], settings.micro_batch_tokens) if rows else []
     seqs_f, tokens_f = sum_floats([len(rows), sum(sum(t.loss_mask) for t in rows)])
     total_seqs, total_tokens = int(seqs_f), int(tokens_f)
     if total_seqs == 0:
         return stats
     stats.trained_attempts, stats.trained_tokens = total_seqs, total_tokens
+    pad_id, device, temperature = settings.pad_id, settings.device, objective.temperature
     batches = [collate(rows, p, pad_id, device) for p in plan]
     n_batches = int(max_floats([len(batches)])[0])
     batches += [empty_micro_batch(pad_id, device) for _ in range(n_batches - len(batches))]
@@ -114,14 +150,13 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     ref: list[torch.Tensor | None] = [None] * len(batches)
     with torch.no_grad():
         for b, mb in enumerate(batches):
-            if num_iterations > 1:
+            if settings.num_iterations > 1:
                 old[b] = score_tokens(model, mb, temperature)[0]
-            if ref_model is not None and algo.kl_coef > 0:
+            if ref_model is not None and objective.uses_reference:
                 ref[b] = score_tokens(ref_model, mb, temperature)[0]
 
-    ent_sum = clip_sum = kl_sum = 0.0
-    isw_max = 0.0
-    for it in range(num_iterations):
+    first = _FirstPass()
+    for it in range(settings.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         loss_sum = pg_sum = 0.0
         rmax, rsum = 0.0, 0.0
@@ -129,16 +164,10 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
             lp, ent = score_tokens(model, mb, temperature)
             if old[b] is None:
                 old[b] = lp.detach()
-            isw = None
-            if algo.is_level != "none":
-                isw = truncated_is_weights(old[b], mb.sampler_logprobs, mb.loss_mask, cap=algo.is_cap,
-                                           level=algo.is_level)
-            out = policy_loss(
-                lp, old[b], adv_all[mb.indices] if mb.indices else torch.zeros(lp.shape[0]), mb.loss_mask,
-                eps_low=algo.eps_low, eps_high=algo.eps_high, dual_clip=algo.dual_clip, agg=algo.agg,
-                total_seqs=total_seqs, total_tokens=total_tokens, norm_len=norm_len, is_weights=isw,
-                ref_logprobs=ref[b], kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
-            )
+            isw = objective.is_weights(old[b], mb.sampler_logprobs, mb.loss_mask)
+            out = objective.loss(lp, old[b], adv_all[mb.indices] if mb.indices else torch.zeros(lp.shape[0]),
+                                 mb.loss_mask, total_seqs=total_seqs, total_tokens=total_tokens,
+                                 is_weights=isw, ref_logprobs=ref[b])
             out.loss.backward()
             ntok = float(mb.loss_mask.sum())
             loss_sum += float(out.loss.detach())
@@ -147,17 +176,17 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
             rsum += float(out.ratio_mean) * ntok
             if it == 0:
                 m = mb.loss_mask
-                ent_sum += float((ent.detach() * m).sum())
-                clip_sum += float(out.clip_frac) * ntok
-                kl_sum += float(out.kl) * ntok
+                first.entropy += float((ent.detach() * m).sum())
+                first.clip += float(out.clip_frac) * ntok
+                first.kl += float(out.kl) * ntok
                 diff = (old[b] - mb.sampler_logprobs).abs() * m
-                stats.mismatch_mean += float(diff.sum())
-                stats.mismatch_max = max(stats.mismatch_max, float(diff.max()))
+                first.mismatch += float(diff.sum())
+                first.mismatch_max = max(first.mismatch_max, float(diff.max()))
                 if isw is not None:
-                    stats.is_weight_mean += float((isw * m).sum())
-                    stats.is_trunc_frac += float(((isw >= algo.is_cap - 1e-6).float() * m).sum())
-                    isw_max = max(isw_max, float((isw * m).max()))
-        gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
+                    first.is_weight += float((isw * m).sum())
+                    first.is_trunc += float(((isw >= objective.is_cap - 1e-6).float() * m).sum())
+                    first.is_weight_max = max(first.is_weight_max, float((isw * m).max()))
+        gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], settings.max_grad_norm)
         optimizer.step()
         scheduler.step()
         loss_sum, pg_sum, rsum = sum_floats([loss_sum, pg_sum, rsum])
@@ -165,18 +194,15 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
         stats.ratio_mean, stats.ratio_max = rsum / total_tokens, max_floats([rmax])[0]
     optimizer.zero_grad(set_to_none=True)
 
-    isw_sum = stats.is_weight_mean - 1.0  # UpdateStats starts it at 1.0, the value without IS
-    ent_sum, clip_sum, kl_sum, mis_sum, isw_sum, trunc_sum = sum_floats(
-        [ent_sum, clip_sum, kl_sum, stats.mismatch_mean, isw_sum, stats.is_trunc_frac])
-    stats.mismatch_max = max_floats([stats.mismatch_max])[0]
-    stats.entropy = ent_sum / total_tokens
-    stats.clip_frac = clip_sum / total_tokens
-    stats.kl = kl_sum / total_tokens
-    stats.mismatch_mean = mis_sum / total_tokens
-    if algo.is_level != "none":
+    ent, clip, kl, mis, isw_sum, trunc = sum_floats(
+        [first.entropy, first.clip, first.kl, first.mismatch, first.is_weight, first.is_trunc])
+    stats.mismatch_max = max_floats([first.mismatch_max])[0]
+    stats.entropy, stats.clip_frac, stats.kl = ent / total_tokens, clip / total_tokens, kl / total_tokens
+    stats.mismatch_mean = mis / total_tokens
+    if objective.uses_is_weights:
         stats.is_weight_mean = isw_sum / total_tokens
-        stats.is_trunc_frac = trunc_sum / total_tokens
-        stats.is_weight_max = max_floats([isw_max])[0]
+        stats.is_trunc_frac = trunc / total_tokens
+        stats.is_weight_max = max_floats([first.is_weight_max])[0]
     for b, mb in enumerate(batches):
         o = (old[b] * mb.loss_mask).tolist()
         for r, i in enumerate(mb.indices):

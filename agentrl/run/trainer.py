@@ -33,12 +33,12 @@ from agentrl.scale.checkpoint_dcp import is_sharded, load_legacy_optimizer, load
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.run.evaluate import EvalResult, evaluate, score_all
 from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
-from agentrl.algo.objective import describe_objective
+from agentrl.algo.objective import Objective
 from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
 from agentrl.run.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
 from agentrl.scale.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.types import Task, Trajectory, write_jsonl
-from agentrl.algo.update import UpdateStats, compute_advantages, grpo_update
+from agentrl.algo.update import UpdateSettings, UpdateStats, compute_advantages, grpo_update
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
 
 RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts
@@ -94,6 +94,7 @@ class Trainer:
         # max_staleness > 0: checked, and the IS weight defaulted to token level; 0: cfg untouched
         cfg, self._is_defaulted = resolve_async(cfg, world)
         self.cfg = cfg
+        self.objective = Objective.from_config(cfg)  # what the update optimizes and the run prints
         self.producer: RolloutProducer | None = None  # the rollout thread (max_staleness > 0)
         self.plan = resolve_plan(cfg.parallel, cfg.lora, world, cfg.model.device)
         self._own_group = self.plan.fsdp and not dist.is_initialized()
@@ -126,9 +127,9 @@ class Trainer:
         self.sync = WeightSync(self.engine, rt.sampler,
                                shared=not self.plan.fsdp and (cfg.model.engine == "hf" or not self.plan.lora))
         self.ref_model = None
-        if cfg.algo.kl_coef > 0 and self.plan.lora:  # the base model, adapter off: no second copy
+        if self.objective.uses_reference and self.plan.lora:  # the base model, adapter off: no second copy
             self.ref_model = AdapterDisabledReference(self.model)
-        elif cfg.algo.kl_coef > 0:  # the reference is the policy at step 0, frozen
+        elif self.objective.uses_reference:  # the reference is the policy at step 0, frozen
             base = self._base_model_path() if ckpt else self.model_path
             ref = load_model_and_tokenizer(base, "cpu" if self.plan.fsdp else self.dist.device)[0]
             self.ref_model = prepare_reference(ref, self.plan, self.dist.device)
@@ -137,6 +138,9 @@ class Trainer:
         self.tasks_by_id = {t.id: t for t in self.train_tasks}
         self.test_by_id = {t.id: t for t in self.test_tasks}
         self.optimizer, self.scheduler = build_optimizer(cfg, self.model)
+        self.update_settings = UpdateSettings(
+            micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
+            max_grad_norm=cfg.optim.max_grad_norm, pad_id=self.tokenizer.pad_token_id, device=self.dist.device)
         if ckpt is not None:
             if is_sharded(ckpt):
                 self.state = load_sharded_checkpoint(ckpt, self.model, self.optimizer, self.scheduler,
@@ -265,12 +269,7 @@ class Trainer:
             "filter/dropped_zero_variance": float(shard.dropped_zero_variance),
             "filter/masked_truncated": float(shard.masked_truncated),
             "filter/dropped_void": float(shard.dropped_void),
-            "loss": st.loss, "pg_loss": st.pg_loss, "clip_frac": st.clip_frac, "kl": st.kl,
-            "entropy": st.entropy, "grad_norm": st.grad_norm, "ratio/mean": st.ratio_mean,
-            "ratio/max": st.ratio_max, "mismatch/abs_mean": st.mismatch_mean,
-            "mismatch/abs_max": st.mismatch_max, "is/weight_mean": st.is_weight_mean,
-            "is/weight_max": st.is_weight_max, "is/trunc_frac": st.is_trunc_frac,
-            "train/attempts": float(st.trained_attempts), "train/tokens": float(st.trained_tokens),
+            **st.metrics(),
             "lr": self.scheduler.get_last_lr()[0], "policy_version": float(self.engine.policy_version),
         }
 
@@ -289,19 +288,14 @@ class Trainer:
             extra = batch_metrics(batch, split, cfg.train.max_staleness)
         if hasattr(self.engine, "sleep"):  # vLLM with enable_sleep_mode frees its GPU memory for the update
             self.engine.sleep()
-        adv, filt = compute_advantages(trajs, cfg.algo)  # groups are whole on each rank
+        adv, filt = compute_advantages(trajs, self.objective)  # groups are whole on each rank
         keep = filt.keep.tolist()
         for t, k in zip(trajs, keep):
             if not k:
                 t.metadata["filtered"] = True
         t1 = time.perf_counter()
-        st = grpo_update(
-            self.model, self.optimizer, self.scheduler, trajs, keep, cfg.algo,
-            temperature=cfg.rollout.temperature, micro_batch_tokens=cfg.train.micro_batch_tokens,
-            num_iterations=cfg.train.num_iterations, max_grad_norm=cfg.optim.max_grad_norm,
-            pad_id=self.tokenizer.pad_token_id, norm_len=cfg.algo.norm_len or cfg.rollout.max_total_tokens,
-            ref_model=self.ref_model, device=self.dist.device,
-        )
+        st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
+                         self.update_settings, ref_model=self.ref_model)
         self.sync(self.model)
         t_update = time.perf_counter() - t1
         if self.producer is not None:  # the rollout thread takes these weights at its next batch
@@ -340,7 +334,7 @@ class Trainer:
 
     def train(self) -> TrainResult:
         cfg = self.cfg
-        self.log(with_lines(describe_objective(cfg), describe_async(cfg, self._is_defaulted)))
+        self.log(with_lines(self.objective.describe(), describe_async(cfg, self._is_defaulted)))
         self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}")
         iso = {getattr(t, "isolation_level", None) for t in self.runner.toolbox.tools.values()} - {None}
         if iso:
