@@ -87,6 +87,8 @@ def typed_value(raw: str, schema: dict[str, Any] | None) -> Any:
     kind = (schema or {}).get("type")
     if kind == "string" or (isinstance(kind, list) and kind == ["string"]):
         return raw
+    if kind == "boolean" and raw in ("True", "False"):  # Qwen3.5 writes Python's str(bool)
+        return raw == "True"
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, ValueError):
