@@ -26,7 +26,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.chat import TemplateError, content_forms, prefix_diff, render_chat, resolve_template_source
+from agentrl.chat import TemplateError, content_forms, prefix_diff, resolve_template_source, template_renderer
+from agentrl.formats import FormatDetectionError, chat_messages, detect_format
 from agentrl.types import Message, ToolCall
 
 _TOOLS = [
@@ -49,6 +50,7 @@ class TemplateCheck:
     diff: str  # where the renderings diverge ("" when passed)
     fix: str  # what to do about it ("" when passed)
     notes: str = ""  # adaptations made to the test conversation (e.g. one call per turn)
+    tool_call_format: str = ""  # the format the template's calls were detected as ("" when none)
 
 
 def _call(name: str, args: dict, n: int) -> ToolCall:
@@ -59,13 +61,13 @@ def _tool(content: str, call: ToolCall) -> Message:
     return Message("tool", content, tool_call_id=call.id, name=call.name)
 
 
-def _stages(parallel: bool) -> list[tuple[str, list[Message], list[Message]]]:
+def _stages(parallel: bool, system: bool = True) -> list[tuple[str, list[Message], list[Message]]]:
     """(stage name, conversation so far, tool messages appended) for the standard conversation:
     system, user, one call, its result, two parallel calls (or two single-call turns), results, answer."""
     c1 = _call("calculator", {"expression": "17 * 23"}, 1)
     c2 = _call("search", {"query": "capital of France"}, 2)
     c3 = _call("calculator", {"expression": "391 + 1"}, 3)
-    convo = [Message("system", "You are a careful assistant."),
+    convo = [Message("system", "You are a careful assistant.")] * system + [
              Message("user", "What is 17 * 23, and what is the capital of France?"),
              Message("assistant", "", [c1])]
     stages = [("tool message after a tool-call turn", list(convo), [_tool("391", c1)])]
@@ -85,64 +87,125 @@ def _stages(parallel: bool) -> list[tuple[str, list[Message], list[Message]]]:
 _FINAL = Message("assistant", "17 * 23 = 391, and the capital of France is Paris.")
 
 
-def _suggest_fix(source: str) -> str:
-    if "<|im_start|>" in source and "<tool_call>" in source and "<think>" in source:
+def _suggest_fix(source: str, fmt: str, before: str, after: str, eos: str | None) -> str:
+    closed = before.rstrip()
+    if eos and closed.endswith(eos) and after.startswith(closed[:-len(eos)]):  # only the trailing eos differs
+        return (f"the template ends the conversation with eos_token ({eos!r}) after a final assistant message and "
+                "drops it once more messages follow (Phi-3 style), so it is not about `loop.last` formatting of the "
+                "turn itself; use a variant that does not append eos_token there (e.g. TRL's phi3_training.jinja), "
+                "with --template FILE")
+    if fmt == "hermes" and "<|im_start|>" in source and "<think>" in source:
         return ("this is a Qwen3-style template that inserts an empty <think></think> block into the last "
                 "assistant turn and drops it once tool messages follow; use --template qwen3_training "
                 "(agentrl/templates/qwen3_training.jinja): same tokens, renders assistant turns as written")
-    if "<|im_start|>" in source and "<tool_call>" in source:
+    if fmt == "hermes" and "<|im_start|>" in source:
         return "use --template hermes (agentrl/templates/hermes.jinja), a prefix-preserving Qwen2.5-style template"
     return ("use a template whose rendering of earlier turns does not depend on what follows them (no "
             "`loop.last` special cases for assistant turns), e.g. agentrl/templates/hermes.jinja as a model, "
             "and pass it with --template FILE")
 
 
-def check_prefix_preservation(tokenizer: Any, template: str | None = None) -> TemplateCheck:
+def _renderer(tokenizer: Any, source: str, json_arguments: bool, **template_kwargs: Any):
+    render = template_renderer(tokenizer, source, **template_kwargs)
+
+    def run(messages: list[Message], add_generation_prompt: bool = False) -> str:
+        try:
+            return render(chat_messages(messages, json_arguments), _TOOLS, add_generation_prompt)
+        except Exception as e:  # jinja errors and raise_exception() calls of the template itself
+            raise TemplateError(f"the chat template failed to render: {type(e).__name__}: {e}") from e
+    return run
+
+
+def _adapt(tokenizer: Any, source: str, template_kwargs: dict[str, Any]):
+    """The first of: with/without a system message x parallel/single calls x object/JSON-string
+    arguments under which the standard conversation renders; notes say what was given up and
+    which error made it necessary. None (and the first error) when nothing renders."""
+    failed: dict[tuple[bool, bool, bool], str] = {}
+    for system in (True, False):
+        for parallel in (True, False):
+            for as_json in (False, True):
+                run = _renderer(tokenizer, source, as_json, **template_kwargs)
+                stages = _stages(parallel, system)
+                try:
+                    run(stages[-1][1])
+                except TemplateError as e:
+                    failed[(system, parallel, as_json)] = str(e)
+                    continue
+                notes = []
+                if not system:
+                    notes.append(f"the template rejects a system message ({failed[(True, parallel, as_json)]}), so "
+                                 "the check used none")
+                if not parallel:
+                    notes.append(f"the template rejects two tool calls in one turn ({failed[(system, True, as_json)]}), "
+                                 "so the check used one call per turn")
+                if as_json:
+                    notes.append(f"the template rejects tool-call arguments given as objects "
+                                 f"({failed[(system, parallel, False)]}), so the check passed them as JSON strings "
+                                 "(DeepSeek-V3 style); ChatTemplate passes objects, so rollouts need a variant that "
+                                 "accepts them (e.g. TRL's deepseekv3_training.jinja)")
+                return run, stages, "; ".join(notes), ""
+    return None, _stages(True), "", next(iter(failed.values()))
+
+
+def _calls_note(tokenizer: Any, source: str, template_kwargs: dict[str, Any]) -> tuple[str, str]:
+    """(detected tool-call format, note) from rendering a known call and reading it back."""
+    try:
+        return detect_format(template_renderer(tokenizer, source, **template_kwargs)), ""
+    except FormatDetectionError as e:
+        if "does not render the assistant's tool calls" in str(e):
+            return "", ("the template does not render the assistant's tool calls; harmless for token-in-token-out "
+                        "rollouts (the sampled ids are kept), but the model may not have been trained for this "
+                        "tool-call format")
+        return "", f"tool calls: {e}"
+
+
+def check_prefix_preservation(tokenizer: Any, template: str | None = None,
+                              template_kwargs: dict[str, Any] | None = None) -> TemplateCheck:
     """Check that appending tool messages only extends the rendering, at every tool step of a
-    standard tool conversation. Templates that reject parallel calls get one call per turn.
+    standard tool conversation, and detect the template's tool-call format. Templates that
+    reject parallel calls get one call per turn, those that reject a system message none, and
+    those that need JSON-string arguments get them; the notes say which and why.
 
     >>> from transformers import AutoTokenizer
     >>> from agentrl.models.tiny import ensure_tiny_model
     >>> tok = AutoTokenizer.from_pretrained(ensure_tiny_model())
-    >>> check_prefix_preservation(tok, "hermes").passed
-    True
+    >>> check = check_prefix_preservation(tok, "hermes")
+    >>> check.passed, check.tool_call_format
+    (True, 'hermes')
     """
     source = resolve_template_source(tokenizer, template)
-    notes = ""
-    try:
-        render_chat(tokenizer, source, _stages(True)[-1][1], _TOOLS)
-        stages = _stages(True)
-    except TemplateError as e:
-        stages = _stages(False)
-        notes = f"the template rejects two tool calls in one turn, so the check used one call per turn ({e})"
+    kwargs = dict(template_kwargs or {})
+    fmt, calls_note = _calls_note(tokenizer, source, kwargs)
+    run, stages, notes, error = _adapt(tokenizer, source, kwargs)
+    if run is None:
+        return TemplateCheck(False, stages[0][0], error, "the template cannot render a standard tool conversation "
+                             "(roles system/user/assistant with tool_calls/tool); use a tool-capable template "
+                             "(--template FILE)", calls_note, fmt)
     for stage, convo, new in stages:
         try:
-            before = render_chat(tokenizer, source, convo, _TOOLS)
-            after = render_chat(tokenizer, source, convo + new, _TOOLS, add_generation_prompt=True)
+            before = run(convo)
+            after = run(convo + new, True)
         except TemplateError as e:
             return TemplateCheck(False, stage, str(e), "the template cannot render a standard tool conversation "
                                  "(roles system/user/assistant with tool_calls/tool); use a tool-capable template "
-                                 "(--template FILE)", notes)
+                                 "(--template FILE)", notes, fmt)
         if not after.startswith(before):
+            eos = getattr(tokenizer, "eos_token", None)
             return TemplateCheck(False, stage, prefix_diff(before, after, "render(conversation)",
                                  "render(conversation + tool messages, add_generation_prompt=True)"),
-                                 _suggest_fix(source), notes)
+                                 _suggest_fix(source, fmt, before, after, eos), notes, fmt)
         delta = after[len(before):]
         missing = [m.content for m in new if not any(f in delta for f in content_forms(m.content))]
         if missing:
             return TemplateCheck(False, stage, f"the tool results {missing} do not appear in the rendering",
                                  "the template drops tool results, so the model would never see them; "
-                                 "use a tool-capable template (--template FILE)", notes)
+                                 "use a tool-capable template (--template FILE)", notes, fmt)
     try:
-        final = render_chat(tokenizer, source, stages[-1][1] + stages[-1][2] + [_FINAL], _TOOLS)
+        run(stages[-1][1] + stages[-1][2] + [_FINAL])
     except TemplateError as e:
         return TemplateCheck(False, "final answer after tool results", str(e),
-                             "the template cannot render a final answer after tool results", notes)
-    if '"17 * 23"' not in final:
-        notes = "; ".join(filter(None, [notes, "the template does not render the assistant's tool calls; harmless "
-                                        "for token-in-token-out rollouts (the sampled ids are kept), but the model "
-                                        "may not have been trained for this tool-call format"]))
-    return TemplateCheck(True, "", "", "", notes)
+                             "the template cannot render a final answer after tool results", notes, fmt)
+    return TemplateCheck(True, "", "", "", "; ".join(filter(None, [notes, calls_note])), fmt)
 
 
 def run_check_template(model_or_dir: str, template: str | None) -> int:
@@ -176,6 +239,8 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
     name = template or f"the chat template of {model_or_dir}"
     if check.passed:
         print(f"PASS: {name} is prefix-preserving under tool appends")
+        if check.tool_call_format:
+            print(f"tool calls: {check.tool_call_format} format (pass tool_call_format= to override)")
         if check.notes:
             print(f"note: {check.notes}")
         return 0

@@ -100,3 +100,51 @@ def test_cli_body_missing_tokenizer(capsys, tmp_path):
     assert run_check_template(str(tmp_path), None) == 1  # exists, holds no tokenizer
     out = capsys.readouterr().out
     assert out.startswith("error: cannot load a tokenizer from directory") and out.count("\n") == 1
+
+
+# --- notes that say what happened ---------------------------------------------------------------
+
+_CALLS = ("{% for c in m.tool_calls or [] %}<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments}"
+          " | tojson }}</tool_call>{% endfor %}")
+_TOY = ("{% for m in messages %}CHECK<|im_start|>{{ m.role }}\n{{ m.content }}" + _CALLS + "<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _toy(check: str) -> str:
+    return _TOY.replace("CHECK", check)
+
+
+def test_system_role_rejection_is_named_not_blamed_on_parallel_calls(qwen25):
+    check = check_prefix_preservation(qwen25, _toy("{% if m.role == 'system' %}{{ raise_exception('no system role') }}"
+                                                   "{% endif %}"))
+    assert check.passed and check.tool_call_format == "hermes"
+    assert "rejects a system message" in check.notes and "no system role" in check.notes
+    assert ONE_CALL_PER_TURN not in check.notes
+
+
+def test_parallel_rejection_note_quotes_the_error(qwen25):
+    check = check_prefix_preservation(qwen25, _toy("{% if (m.tool_calls or []) | length > 1 %}"
+                                                   "{{ raise_exception('one call only, please') }}{% endif %}"))
+    assert check.passed and ONE_CALL_PER_TURN in check.notes and "one call only, please" in check.notes
+
+
+def test_json_string_arguments_are_retried(qwen25):
+    # DeepSeek-V3's original template concatenates the arguments as a string
+    source = _toy("").replace("| tojson }}</tool_call>", "| tojson }}</tool_call>{{ '' + c.function.arguments }}")
+    check = check_prefix_preservation(qwen25, source)
+    assert check.passed and "as JSON strings" in check.notes and "deepseekv3_training" in check.notes
+
+
+def test_trailing_eos_is_diagnosed_as_such(qwen25):
+    source = _TOY.replace("{% endfor %}{% if add", "{% if loop.last and m.role == 'assistant' %}{{ eos_token }}"
+                                                   "{% endif %}{% endfor %}{% if add").replace("CHECK", "")
+    check = check_prefix_preservation(qwen25, source)
+    assert not check.passed and "eos_token ('<|im_end|>')" in check.fix and "Phi-3" in check.fix
+
+
+def test_non_json_calls_are_reported_as_rendered(qwen25):
+    gemma_like = _toy("").replace(_CALLS, "{% for c in m.tool_calls or [] %}<|tool_call>call:{{ c.function.name }}"
+                                          "{}<tool_call|>{% endfor %}")
+    check = check_prefix_preservation(qwen25, gemma_like)
+    assert check.passed and check.tool_call_format == "" and CALLS_NOT_RENDERED not in check.notes
+    assert "no registered format reads" in check.notes  # arguments dropped: rendered, but not readable back

@@ -21,6 +21,7 @@ writes calls as XML is read by what it writes.
 
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -133,6 +134,10 @@ def detect_format(render: Renderer) -> str:
     FormatDetectionError (with the candidates and the fix) when none or several do."""
     probe = render_assistant(render, [PROBE_CALL])
     matches = matching_formats(probe.text, [PROBE_CALL])
+    if not matches and html.unescape(probe.text) != probe.text:
+        # Mistral's v3 template concatenates strings with `arguments|tojson|safe`, a Markup, so
+        # transformers' renderer HTML-escapes the rest (&#34;). The model writes plain quotes.
+        matches = matching_formats(html.unescape(probe.text), [PROBE_CALL])
     if len(matches) == 1:
         return matches[0]
     if matches:
