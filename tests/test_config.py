@@ -100,3 +100,33 @@ def test_objective_is_resolved_once_from_the_config():
     obj = Objective.from_config(cfg)
     assert obj.norm_len == 300 and obj.uses_reference and "(G · 300)" in obj.describe()
     assert describe_objective(cfg) == obj.describe()
+
+
+class EchoEngine:
+    """A hypothetical new engine: a class with capabilities and from_run."""
+
+    from agentrl.engines.base import EngineCapabilities
+
+    capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=False, can_sleep=False)
+
+    @classmethod
+    def from_run(cls, cfg, model, tokenizer, model_path):
+        engine = cls()
+        engine.seed, engine.model_path = cfg.seed, model_path
+        return engine
+
+
+def test_a_new_engine_is_one_class_and_one_registry_line(monkeypatch):
+    """The trainer, the weight sync and the rollout thread read capabilities, never names."""
+    from agentrl import engines
+    from agentrl.run.build import make_engine
+    from agentrl.run.producer import resolve_async
+
+    monkeypatch.setitem(engines.ENGINES, "echo", f"{__name__}:EchoEngine")
+    cfg = load_config(None, ["model.engine=echo", "seed=5"])
+    engine = make_engine(cfg, None, None, "/some/model")
+    assert isinstance(engine, EchoEngine) and (engine.seed, engine.model_path) == (5, "/some/model")
+    with pytest.raises(ConfigError, match="model.engine=echo cannot.*model.engine=hf"):
+        resolve_async(load_config(None, ["model.engine=echo", "train.max_staleness=1"]), 1)
+    with pytest.raises(ConfigError, match=r"model.engine: 'sglang' is not one of \['hf', 'vllm', 'echo'\]"):
+        load_config(None, ["model.engine=sglang"])

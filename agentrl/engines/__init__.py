@@ -1,5 +1,32 @@
-"""Generation backends behind one protocol (see base.py)."""
+"""Generation backends behind one protocol (see base.py), and the registry that names them.
 
-from agentrl.engines.base import Engine, Generation, SamplingParams
+A new engine is one module with a class that implements :class:`~agentrl.engines.base.Engine`
+(``generate``, ``sync_weights``, ``capabilities``, ``from_run``) plus one line in
+:data:`ENGINES`; the config key ``model.engine`` then accepts its name.
 
-__all__ = ["Engine", "Generation", "SamplingParams"]
+    >>> engine_class("hf").capabilities.shares_trainer_weights
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from agentrl.engines.base import Engine, EngineCapabilities, Generation, SamplingParams
+
+# model.engine name -> "module:Class" (imported on use: vLLM is an optional dependency)
+ENGINES: dict[str, str] = {
+    "hf": "agentrl.engines.hf:HFEngine",
+    "vllm": "agentrl.engines.vllm:VLLMEngine",
+}
+
+
+def engine_class(name: str) -> type:
+    """The engine class registered as ``name``; ValueError naming the registered ones."""
+    if name not in ENGINES:
+        raise ValueError(f"model.engine={name!r} is not a registered engine; use one of: {', '.join(ENGINES)}")
+    module, cls = ENGINES[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+__all__ = ["ENGINES", "Engine", "EngineCapabilities", "Generation", "SamplingParams", "engine_class"]

@@ -32,9 +32,26 @@ class Generation:
     finish_reason: str  # "stop" (stop token or string) or "length" (max_new_tokens)
 
 
-class Engine(Protocol):
-    """A generation backend (hf, vllm, scripted) behind one small interface."""
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can do, declared by its class: the trainer, the weight sync and the
+    rollout thread read these flags, never the engine's name."""
 
+    shares_trainer_weights: bool  # samples from the trainer's own nn.Module: no copy, nothing to push
+    background_sampling: bool  # may sample in a thread beside the trainer (train.max_staleness > 0)
+    can_sleep: bool  # sleep() frees its accelerator memory for the update; generate() wakes it
+    per_request_async: bool = False  # serves requests one by one while others are in flight
+
+
+class Engine(Protocol):
+    """A generation backend (hf, vllm, scripted) behind one small interface.
+
+    An engine class also offers ``from_run(cfg, model, tokenizer, model_path)``, building it
+    from a run config (see :mod:`agentrl.engines`' registry), and ``sleep()`` when
+    ``capabilities.can_sleep``.
+    """
+
+    capabilities: EngineCapabilities
     policy_version: int
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -55,3 +72,13 @@ def validate_request(prompts: list[list[int]], params: SamplingParams) -> None:
     if params.max_new_tokens < 0 or params.temperature < 0 or not 0 < params.top_p <= 1:
         raise ValueError(f"invalid SamplingParams {params}: need max_new_tokens >= 0, temperature >= 0 "
                          "and 0 < top_p <= 1")
+
+
+def early_answer(prompts: list[list[int]], params: SamplingParams) -> list[Generation] | None:
+    """The answer to a request that needs no sampling (no prompts, or ``max_new_tokens == 0``),
+    else None: every engine's ``generate`` starts with it, after validating the request."""
+    if not prompts:
+        return []
+    if params.max_new_tokens == 0:
+        return [Generation([], [], "length") for _ in prompts]
+    return None

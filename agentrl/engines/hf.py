@@ -25,7 +25,7 @@ import os
 import torch
 from torch import Tensor
 
-from agentrl.engines.base import Generation, SamplingParams, validate_request
+from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams, early_answer, validate_request
 from agentrl.engines.decode import FastDecoder, StockDecoder, make_decoder
 from agentrl.engines.prefix_cache import PrefixCache
 
@@ -199,6 +199,14 @@ class HFEngine:
     ['length']
     """
 
+    capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False)
+
+    @classmethod
+    def from_run(cls, cfg, model, tokenizer, model_path: str) -> "HFEngine":
+        """The engine of a run config: samples from the trainer's ``model`` itself."""
+        # None lets the engine choose (1 thread for small models, during generation only)
+        return cls(model, tokenizer, seed=cfg.seed, num_threads=cfg.model.num_threads)
+
     def __init__(self, model, tokenizer, *, num_threads: int | None = None, seed: int = 0,
                  max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS):
         if max_cached_tokens < 0:
@@ -281,10 +289,9 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (see ``agentrl.engines.base.Engine``)."""
         validate_request(prompts, params)
-        if not prompts:
-            return []
-        if params.max_new_tokens == 0:
-            return [Generation([], [], "length") for _ in prompts]
+        done = early_answer(prompts, params)
+        if done is not None:
+            return done
         gen = self._generator
         if params.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(params.seed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from agentrl.engines.base import Generation, SamplingParams
+from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams
 
 Script = Callable[[list[int], int], list[int]]
 
@@ -26,6 +26,8 @@ class ScriptedEngine:
     A callable ``script(prompt_ids, call_index) -> ids`` gives per-row answers instead.
     Each sampled token gets log-prob ``logprob``.
     """
+
+    capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False)
 
     def __init__(self, turns: list[list[int]] | Script, logprob: float = -0.5):
         self._script: Script = turns if callable(turns) else (lambda _p, k: turns[k])

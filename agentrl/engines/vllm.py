@@ -32,7 +32,7 @@ import os
 import time
 from typing import Any
 
-from agentrl.engines.base import Generation, SamplingParams, validate_request
+from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams, early_answer, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,17 @@ class VLLMEngine:
     in-process, one device).
     """
 
+    # The rollout thread cannot share it: the same in-process LLM also serves the trainer's evaluation.
+    capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=False, can_sleep=True)
+
+    @classmethod
+    def from_run(cls, cfg, model, tokenizer, model_path: str) -> "VLLMEngine":
+        """The engine of a run config (``model.engine_args`` passed through)."""
+        args = dict(cfg.model.engine_args)
+        args.setdefault("max_model_len", cfg.rollout.max_total_tokens)
+        # model=: the sampler follows the trainer's dtype and weights (μ matches π_old)
+        return cls(model_path, tokenizer, model=model, seed=cfg.seed, **args)
+
     def __init__(self, model_path: str, tokenizer=None, *, model=None, seed: int = 0, dtype: str | None = None,
                  gpu_memory_utilization: float | None = None, kv_cache_memory_bytes: int | None = None,
                  max_model_len: int | None = None, enforce_eager: bool | None = None,
@@ -216,10 +227,9 @@ class VLLMEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (see ``agentrl.engines.base.Engine``)."""
         check_request(prompts, params, self.max_model_len)
-        if not prompts:
-            return []
-        if params.max_new_tokens == 0:
-            return [Generation([], [], "length") for _ in prompts]
+        done = early_answer(prompts, params)
+        if done is not None:
+            return done
         if params.top_p < 1 and params.temperature > 0 and not self._warned_top_p:
             self._warned_top_p = True
             log.warning("top_p=%s < 1: vLLM's log-probs are under the renormalised nucleus (the HF engine's "

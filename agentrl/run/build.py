@@ -117,26 +117,18 @@ class Runtime:
     sampler: torch.nn.Module | None = None  # the HF engine's own full-weight copy (FSDP runs)
 
 
-def make_engine(cfg: Config, model, tokenizer, model_path: str, threads: int):
-    """The generation backend named by ``model.engine``."""
-    if cfg.model.engine == "hf":
-        from agentrl.engines.hf import HFEngine
+def make_engine(cfg: Config, model, tokenizer, model_path: str):
+    """The generation backend named by ``model.engine`` (see :data:`agentrl.engines.ENGINES`)."""
+    from agentrl.engines import engine_class
 
-        # None lets the engine choose (1 thread for small models, during generation only)
-        return HFEngine(model, tokenizer, seed=cfg.seed, num_threads=cfg.model.num_threads)
-    from agentrl.engines.vllm import VLLMEngine
-
-    args = dict(cfg.model.engine_args)
-    args.setdefault("max_model_len", cfg.rollout.max_total_tokens)
-    # model=: the sampler follows the trainer's dtype and weights (μ matches π_old)
-    return VLLMEngine(model_path, tokenizer, model=model, seed=cfg.seed, **args)
+    return engine_class(cfg.model.engine).from_run(cfg, model, tokenizer, model_path)
 
 
 def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | None = None) -> Runtime:
     """Load the model at ``model_path`` and wire engine, chat template, tools and rollout.
 
     ``plan`` (an ``agentrl.scale.parallel.ParallelPlan``) lays the policy out for training (LoRA,
-    gradient checkpointing, FSDP2); under FSDP the HF engine gets its own full-weight copy
+    gradient checkpointing, FSDP2); under FSDP an engine that reads the trainer's weights (HF) gets its own full-weight copy
     (``Runtime.sampler``) that ``agentrl.scale.weight_sync.WeightSync`` refreshes after each step.
     ``device`` overrides ``cfg.model.device`` (e.g. ``cuda:3`` for local rank 3).
     """
@@ -153,12 +145,15 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
 
         # FSDP moves each shard to the device itself: the full model never sits on one GPU.
         model, tok = load_model_and_tokenizer(model_path, "cpu" if plan.fsdp else device)
-        if plan.fsdp and cfg.model.engine == "hf":
+        from agentrl.engines import engine_class
+
+        if plan.fsdp and engine_class(cfg.model.engine).capabilities.shares_trainer_weights:
+            # FSDP shards the trainer's weights: an engine that reads them needs a full copy
             sampler = load_model_and_tokenizer(model_path, device, plan.compute_dtype)[0]
             sampler.requires_grad_(False).eval()
         model = prepare_policy(model, plan, cfg.lora, device)
-    threads = set_threads(cfg.model.num_threads, model)
-    engine = make_engine(cfg, sampler if sampler is not None else model, tok, model_path, threads)
+    set_threads(cfg.model.num_threads, model)
+    engine = make_engine(cfg, sampler if sampler is not None else model, tok, model_path)
     chat = ChatTemplate(tok, cfg.model.template)
     box = ToolBox(env.tools(), tokenizer=tok, default_timeout=cfg.tools.timeout,
                   max_output_tokens=cfg.tools.max_output_tokens)

@@ -37,8 +37,14 @@ class ModelConfig:
     # min(2, cores // local ranks) (agentrl.run.build.set_threads)
     num_threads: int | None = None
     device: str = "cpu"
-    engine: Literal["hf", "vllm"] = "hf"  # generation backend
+    engine: str = "hf"  # generation backend: a name in agentrl.engines.ENGINES ("hf", "vllm")
     engine_args: dict[str, Any] = field(default_factory=dict)  # e.g. {gpu_memory_utilization: 0.3}
+
+    def __post_init__(self) -> None:
+        from agentrl.engines import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ConfigError(f"model.engine: {self.engine!r} is not one of {list(ENGINES)}")
 
 
 @dataclass

@@ -134,10 +134,14 @@ def resolve_async(cfg: Config, world_size: int) -> tuple[Config, bool]:
             f"train.max_staleness={k} runs rollouts in a thread beside a single-process trainer; under "
             f"torchrun ({world_size} ranks) the rollout's collectives would interleave with FSDP's. "
             "Set train.max_staleness=0 for multi-rank runs, or run one process")
-    if cfg.model.engine != "hf":
+    from agentrl.engines import ENGINES, engine_class
+
+    if not engine_class(cfg.model.engine).capabilities.background_sampling:
+        able = [name for name in ENGINES if engine_class(name).capabilities.background_sampling]
         raise ConfigError(
-            f"train.max_staleness={k} needs model.engine=hf: the in-process vLLM engine also serves the "
-            "trainer's evaluation and cannot be shared with a rollout thread. Set train.max_staleness=0 with vLLM")
+            f"train.max_staleness={k} needs an engine that can sample in a thread beside the trainer; "
+            f"model.engine={cfg.model.engine} cannot (it also serves the trainer's evaluation). "
+            f"Set train.max_staleness=0, or {' or '.join(f'model.engine={n}' for n in able)}")
     if cfg.algo.is_level != "none":
         return cfg, False
     return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, is_level="token")), True

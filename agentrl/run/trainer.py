@@ -124,8 +124,11 @@ class Trainer:
         rt = build_runtime(cfg, self.env, self.model_path, self.plan, self.dist.device)
         self.model, self.tokenizer, self.engine = rt.model, rt.tokenizer, rt.engine
         self.chat, self.toolbox, self.runner = rt.chat, rt.toolbox, rt.runner
+        caps = self.engine.capabilities
+        # The engine can take the trainer's module as is: it reads its tensors (HF), or it
+        # streams plain (non-LoRA) weights in itself; FSDP shards and LoRA adapters need export.
         self.sync = WeightSync(self.engine, rt.sampler,
-                               shared=not self.plan.fsdp and (cfg.model.engine == "hf" or not self.plan.lora))
+                               shared=not self.plan.fsdp and (caps.shares_trainer_weights or not self.plan.lora))
         self.ref_model = None
         if self.objective.uses_reference and self.plan.lora:  # the base model, adapter off: no second copy
             self.ref_model = AdapterDisabledReference(self.model)
@@ -286,7 +289,7 @@ class Trainer:
             split = split_stale(batch.trajectories, self.engine.policy_version, cfg.train.max_staleness)
             trajs, timing = split.kept, batch.timing
             extra = batch_metrics(batch, split, cfg.train.max_staleness)
-        if hasattr(self.engine, "sleep"):  # vLLM with enable_sleep_mode frees its GPU memory for the update
+        if self.engine.capabilities.can_sleep:  # e.g. vLLM with enable_sleep_mode frees its GPU memory
             self.engine.sleep()
         adv, filt = compute_advantages(trajs, self.objective)  # groups are whole on each rank
         keep = filt.keep.tolist()
