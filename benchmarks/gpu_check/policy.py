@@ -78,8 +78,8 @@ def build_trainer(profile: Profile, work: Path, model_dir: Path, log) -> tuple[o
         "parallel.fsdp=true", "parallel.mixed_precision=bf16", "parallel.grad_checkpointing=true",
         f"train.prompts_per_step={profile.policy_prompts}", f"algo.num_samples={profile.policy_samples}",
         f"rollout.max_turns={profile.scripted_tool_turns + 1}", f"rollout.max_new_tokens={profile.free_new_tokens}",
-        "rollout.max_total_tokens=2048", "eval.at_start=false", "eval.every=0", "train.checkpoint_every=1000",
-        "optim.lr=1e-6",
+        "rollout.max_total_tokens=2048", f"train.micro_batch_tokens={profile.update_micro_batch_tokens}",
+        "eval.at_start=false", "eval.every=0", "train.checkpoint_every=1000", "optim.lr=1e-6",
     ])
     trainer = Trainer(cfg, log=log)
     return trainer, use_tool_without_bwrap(trainer)
@@ -133,7 +133,7 @@ def run_train_step(profile: Profile, work: Path, model_dir: Path, state: PolicyS
     import torch
 
     from agentrl import read_jsonl
-    from scripted_turns import ScriptedTurnsEngine
+    from gpu_check.engines import ForwardingScriptedTurns, runner_engine
 
     on_cuda = profile.device.startswith("cuda")
     t0 = time.perf_counter()
@@ -148,13 +148,9 @@ def run_train_step(profile: Profile, work: Path, model_dir: Path, state: PolicyS
     rollouts = trainer.run_dir / "rollouts"
     data.steps.append(step_timing("free", trainer.train_step(1)))
     state.free = read_jsonl(str(rollouts / "step_000001.jsonl"))
-    engine = trainer.runner.engine
-    trainer.runner.engine = ScriptedTurnsEngine(engine, arithmetic_script(
-        trainer, profile.scripted_turn_tokens, profile.scripted_tool_turns))
-    try:
+    script = arithmetic_script(trainer, profile.scripted_turn_tokens, profile.scripted_tool_turns)
+    with runner_engine(trainer, ForwardingScriptedTurns(trainer.runner.engine, script)):
         data.steps.append(step_timing("scripted-tools", trainer.train_step(2)))
-    finally:
-        trainer.runner.engine = engine
     state.scripted = read_jsonl(str(rollouts / "step_000002.jsonl"))
     if on_cuda:
         data.peak_gpu_gb = torch.cuda.max_memory_allocated() / 2**30

@@ -206,7 +206,6 @@ class UpdateRow:
     seconds: float
     trained_tokens: int
     sequence_tokens: int
-    micro_batches: int
     us_per_trained_token: float
     us_per_sequence_token: float
     peak_gpu_gb: float | None = None

@@ -111,7 +111,7 @@ def _masks_spans(ctx: ChildContext):
 def _update(ctx: ChildContext):
     from gpu_check.update_timing import run_update
 
-    return run_update(ctx.profile, _needs_trainer(ctx))
+    return run_update(ctx.profile, _needs_trainer(ctx), first_step=3)  # train_step ran steps 1 and 2
 
 
 def _arithmetic(ctx: ChildContext):

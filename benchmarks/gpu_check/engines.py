@@ -1,0 +1,61 @@
+"""Engine wrappers the policy sections swap into ``trainer.runner`` for one step.
+
+Both forward every attribute they do not define to the real engine (``capabilities``,
+``tokenizer``, ``policy_version``, ...), so the rollout sees the engine it expects whatever
+the engine interface grows; only ``generate`` changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+from scripted_turns import ScriptedTurnsEngine
+
+
+class ForwardingScriptedTurns(ScriptedTurnsEngine):
+    """``benchmarks/scripted_turns.py``'s forced tool-call turns, forwarding unknown attributes."""
+
+    def __getattr__(self, name: str):
+        if name == "inner":  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class FixedTokensEngine:
+    """Answers every row with ``n`` random ordinary token ids at once (no model call).
+
+    For timing the update on a batch of known shape: the rollout costs next to nothing and
+    every attempt has exactly ``n`` sampled tokens. The ids are below ``plain_ids`` (the
+    tokenizer's ordinary vocabulary), so none ends a turn or opens a tool call. The log-probs
+    returned (μ) are a constant, so the step's sampler/trainer mismatch figures mean nothing.
+    """
+
+    def __init__(self, inner, n: int, plain_ids: int, seed: int = 0):
+        self.inner = inner
+        self.n = n
+        self.plain_ids = plain_ids
+        self.rng = random.Random(seed)
+
+    def __getattr__(self, name: str):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def generate(self, prompts, params):
+        from agentrl.engines.base import Generation
+
+        return [Generation([self.rng.randrange(self.plain_ids) for _ in range(self.n)], [-12.0] * self.n, "length")
+                for _ in prompts]
+
+
+@contextlib.contextmanager
+def runner_engine(trainer, engine):
+    """``trainer.runner`` samples with ``engine`` inside the block; the trainer's own engine
+    (weight sync, policy version) is untouched."""
+    real = trainer.runner.engine
+    trainer.runner.engine = engine
+    try:
+        yield engine
+    finally:
+        trainer.runner.engine = real
