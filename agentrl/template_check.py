@@ -23,11 +23,13 @@ Example::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentrl.chat import TemplateError, content_forms, prefix_diff, resolve_template_source, template_renderer
 from agentrl.formats import FormatDetectionError, chat_messages, detect_format
+from agentrl.formats.roundtrip import RoundTrip, round_trip_all
 from agentrl.types import Message, ToolCall
 
 _TOOLS = [
@@ -91,9 +93,9 @@ def _suggest_fix(source: str, fmt: str, before: str, after: str, eos: str | None
     closed = before.rstrip()
     if eos and closed.endswith(eos) and after.startswith(closed[:-len(eos)]):  # only the trailing eos differs
         return (f"the template ends the conversation with eos_token ({eos!r}) after a final assistant message and "
-                "drops it once more messages follow (Phi-3 style), so it is not about `loop.last` formatting of the "
-                "turn itself; use a variant that does not append eos_token there (e.g. TRL's phi3_training.jinja), "
-                "with --template FILE")
+                "drops it once more messages follow (Phi-3 style; TRL's phi3_training.jinja does the same): the "
+                "turn's own formatting is stable. Use a copy of the template without that trailing "
+                "`{{ eos_token }}` (the model's sampled end token closes its turns) and pass it with --template FILE")
     if fmt == "hermes" and "<|im_start|>" in source and "<think>" in source:
         return ("this is a Qwen3-style template that inserts an empty <think></think> block into the last "
                 "assistant turn and drops it once tool messages follow; use --template qwen3_training "
@@ -254,3 +256,82 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+# --- a folder of templates ------------------------------------------------------------------------
+
+@dataclass
+class CorpusRow:
+    """One template of ``check_corpus``."""
+
+    template: str  # file name
+    check: TemplateCheck
+    round_trips: list[RoundTrip] = field(default_factory=list)  # empty when no format was detected
+    reasoning: str = ""  # what the template does with a <think> block in assistant content
+
+    @property
+    def round_trip(self) -> str:
+        """"k/n" of the cases the template could render, "-" when there was nothing to parse."""
+        rendered = [r for r in self.round_trips if r.rendered]
+        return f"{sum(r.passed for r in rendered)}/{len(rendered)}" if rendered else "-"
+
+
+def reasoning_handling(tokenizer: Any, source: str, **template_kwargs: Any) -> str:
+    """What the template does with ``<think>`` blocks written in assistant content (how the
+    rollout stores them): kept in every turn, dropped from earlier turns, or dropped; and
+    whether it adds a reasoning block to a turn that has none."""
+    render = template_renderer(tokenizer, source, **template_kwargs)
+    turns = [Message("user", "U1"), Message("assistant", "<think>\nRzeroA\n</think>\n\nA1"),
+             Message("user", "U2"), Message("assistant", "<think>\nRzeroB\n</think>\n\nA2")]
+    try:
+        text = render(chat_messages(turns), None, False)
+        prompt = render(chat_messages(turns[:1]), None, True)
+        plain = render(chat_messages(turns[:1] + [Message("assistant", "A1")]), None, False)[len(prompt):]
+    except Exception as e:  # templates that reject plain string content (VLM templates) or this role order
+        return f"not rendered ({type(e).__name__})"
+    kept = {"RzeroA" in text, "RzeroB" in text}
+    how = {(True,): "kept in every turn", (False,): "dropped"}.get(tuple(kept), "dropped from earlier turns")
+    if "RzeroB" not in text and "RzeroA" in text:
+        how = "dropped from the last turn"
+    added = [tag for tag in ("<think>", "<|channel>thought", "<|channel|>analysis") if tag in plain]
+    return how + (f"; adds an empty {added[0]} block" if added else "")
+
+
+def check_corpus(directory: str | Path, tokenizer: Any) -> list[CorpusRow]:
+    """``check_prefix_preservation``, format detection, round trips and reasoning handling for
+    every ``*.jinja`` file of ``directory``, rendered with ``tokenizer``'s special tokens."""
+    # templates of other families print bos_token; a tokenizer without one would make them fail
+    kwargs = {} if getattr(tokenizer, "bos_token", None) else {"bos_token": ""}
+    rows = []
+    for path in sorted(Path(directory).glob("*.jinja")):
+        source = path.read_text(encoding="utf-8")
+        check = check_prefix_preservation(tokenizer, source, kwargs)
+        render = template_renderer(tokenizer, source, **kwargs)
+        trips = round_trip_all(render, check.tool_call_format) if check.tool_call_format else []
+        rows.append(CorpusRow(path.name, check, trips, reasoning_handling(tokenizer, source, **kwargs)))
+    return rows
+
+
+def corpus_line(row: CorpusRow) -> str:
+    """One line: template, PASS/FAIL (stage), format, round trip, reasoning, first note."""
+    verdict = "PASS" if row.check.passed else f"FAIL ({row.check.stage})"
+    note = row.check.notes.split("; ")[0][:90] if row.check.notes else ""
+    return (f"{row.template:40} {verdict:48} {row.check.tool_call_format or '-':12} round-trip {row.round_trip:5} "
+            f"reasoning: {row.reasoning}" + (f"  note: {note}" if note else ""))
+
+
+def run_check_corpus(directory: str, model_or_dir: str) -> int:
+    """Body of a ``check-template --corpus DIR`` mode: one line per template of ``DIR``,
+    rendered with the tokenizer of ``model_or_dir``. Returns 0 when every template passes."""
+    from transformers import AutoTokenizer
+
+    if not os.path.isdir(directory):
+        print(f"error: no such directory {directory!r}: pass a folder of .jinja chat templates")
+        return 1
+    tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(model_or_dir))
+    rows = check_corpus(directory, tokenizer)
+    for row in rows:
+        print(corpus_line(row))
+    print(f"{sum(r.check.passed for r in rows)}/{len(rows)} prefix-preserving; "
+          f"{sum(bool(r.check.tool_call_format) for r in rows)} with a detected tool-call format")
+    return 0 if all(r.check.passed for r in rows) else 1

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.template_check import check_prefix_preservation, run_check_template
+from agentrl.template_check import check_prefix_preservation, run_check_corpus, run_check_template
 from fixture_paths import QWEN25, QWEN3, TEMPLATES
 
 ONE_CALL_PER_TURN = "one call per turn"
@@ -148,3 +148,17 @@ def test_non_json_calls_are_reported_as_rendered(qwen25):
     check = check_prefix_preservation(qwen25, gemma_like)
     assert check.passed and check.tool_call_format == "" and CALLS_NOT_RENDERED not in check.notes
     assert "no registered format reads" in check.notes  # arguments dropped: rendered, but not readable back
+
+
+def test_corpus_mode_prints_one_line_per_template(capsys, tmp_path):
+    (tmp_path / "good.jinja").write_text((TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text())
+    (tmp_path / "qwen3.jinja").write_text((TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text())
+    assert run_check_corpus(str(tmp_path), str(QWEN25)) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[-1].startswith("1/2 prefix-preserving; 2 with a detected tool-call format")
+    assert lines[0].startswith("good.jinja") and " PASS " in lines[0] and "hermes" in lines[0]
+    assert "round-trip 5/5" in lines[0] and "reasoning: kept in every turn" in lines[0]
+    assert lines[1].startswith("qwen3.jinja") and "FAIL (tool message after a tool-call turn)" in lines[1]
+    assert "reasoning: dropped from earlier turns; adds an empty <think> block" in lines[1]
+    assert run_check_corpus(str(tmp_path / "absent"), str(QWEN25)) == 1
+    assert "no such directory" in capsys.readouterr().out
