@@ -351,7 +351,9 @@ def from_dict(cls: Any, value: Any) -> Any:
                 continue
             if cls is SectionResult and f.name == "data":
                 kind = DATA_TYPES.get(value["name"])
-                kwargs["data"] = from_dict(kind, value["data"]) if kind else None
+                if kind is None and value["data"] is not None:
+                    raise KeyError(f"no data class for section {value['name']!r} (import gpu_check.sections first)")
+                kwargs["data"] = from_dict(kind, value["data"])
             else:
                 kwargs[f.name] = from_dict(hints[f.name], value[f.name])
         return cls(**kwargs)
