@@ -23,7 +23,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentrl.chat import ChatTemplate
 from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
-from agentrl.run.warmstart import SFTSettings, encode_demonstration, make_demonstrations, sft
+from agentrl.run.config import SFTSettings
+from agentrl.run.warmstart import encode_demonstration, make_demonstrations, sft
 
 
 def turns(mask: list[int]) -> list[tuple[int, int]]:

@@ -24,6 +24,7 @@ from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig, RolloutRunner
 from agentrl.tool import ToolBox
+from agentrl.run.config import SFTSettings
 from agentrl.run.warmstart import warm_start
 
 
@@ -90,10 +91,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     env = ArithmeticEnv(seed=args.env_seed)
     t0 = time.perf_counter()
-    path = warm_start(ensure_tiny_model(), env, num_demos=args.num_demos, steps=args.steps, lr=args.lr,
-                      batch_size=args.batch_size, corruption=args.corruption, corruption_kind=args.kind,
-                      clean_steps=args.clean_steps, warmup_steps=args.warmup,
-                      seed=args.seed, cache_dir=args.cache)
+    settings = SFTSettings(num_demos=args.num_demos, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
+                           corruption=args.corruption, corruption_kind=args.kind, clean_steps=args.clean_steps,
+                           warmup_steps=args.warmup, seed=args.seed)
+    path = warm_start(ensure_tiny_model(), env, settings, cache_dir=args.cache)
     print(f"warm start {path} in {time.perf_counter() - t0:.1f}s")
     eval_env = ArithmeticEnv(seed=args.env_seed, use_tool=not args.no_tool)
     res = measure(path, eval_env, num_tasks=args.tasks, group=1, temps=[], seed=args.seed,

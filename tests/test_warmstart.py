@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -12,8 +13,8 @@ from agentrl.chat import ChatTemplate
 from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.types import Message
+from agentrl.run.config import SFTSettings
 from agentrl.run.warmstart import (
-    SFTSettings,
     corrupt_demonstration,
     corrupt_text,
     encode_demonstration,
@@ -154,19 +155,19 @@ def test_masked_lm_loss_ignores_unmasked_targets():
 def test_warm_start_trains_saves_and_reuses_cache(tiny, env, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    kw = dict(num_demos=8, steps=3, lr=1e-3, batch_size=4, warmup_steps=1, corruption=0.5, seed=0,
-              cache_dir=tmp_path, num_threads=1, log=None)
-    path = warm_start(tiny, env, **kw)
+    settings = SFTSettings(num_demos=8, steps=3, lr=1e-3, batch_size=4, warmup_steps=1, corruption=0.5, seed=0)
+    kw = dict(cache_dir=tmp_path, num_threads=1, log=None)
+    path = warm_start(tiny, env, settings, **kw)
     info = json.loads((path / "warmstart.json").read_text())
     assert info["settings"]["steps"] == 3 and path.name.startswith("warmstart-")
     before = AutoModelForCausalLM.from_pretrained(tiny).state_dict()
     after = AutoModelForCausalLM.from_pretrained(path).state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)  # it trained
     mtime = (path / "model.safetensors").stat().st_mtime_ns
-    assert warm_start(tiny, env, **kw) == path  # reused, not retrained
+    assert warm_start(tiny, env, settings, **kw) == path  # reused, not retrained
     assert (path / "model.safetensors").stat().st_mtime_ns == mtime
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp dirs left behind
-    other = warm_start(tiny, env, **{**kw, "steps": 2})
+    other = warm_start(tiny, env, dataclasses.replace(settings, steps=2), **kw)
     assert other != path  # any input change is a different cache entry
 
 

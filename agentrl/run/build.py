@@ -74,10 +74,7 @@ def resolve_model_path(cfg: Config, env=None) -> str:
         from agentrl.run.warmstart import warm_start
 
         ws = cfg.warmstart
-        path = str(warm_start(path, env, num_demos=ws.num_demos, steps=ws.steps, lr=ws.lr,
-                              batch_size=ws.batch_size, warmup_steps=ws.warmup_steps,
-                              corruption=ws.corruption, corruption_kind=ws.corruption_kind,
-                              clean_steps=ws.clean_steps, seed=ws.seed, tool_timeout=cfg.tools.timeout))
+        path = str(warm_start(path, env, ws.settings(), tool_timeout=cfg.tools.timeout))
     return path
 
 

@@ -120,20 +120,48 @@ class EvalConfig:
     at_start: bool = True
 
 
-@dataclass
-class WarmStartConfig:
-    """Offline SFT on an environment's demonstrations before RL (cached per machine)."""
+CORRUPTION_KINDS: tuple[str, ...] = ("guess", "miscopy")
 
-    enabled: bool = False
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """Hyperparameters of the SFT warm start (agentrl.run.warmstart); every field is part of
+    its cache key."""
+
     num_demos: int = 2000
     steps: int = 500
     lr: float = 2e-3
     batch_size: int = 16
     warmup_steps: int = 20
-    corruption: float = 0.75  # share of each batch (second phase) with a deliberately wrong answer
+    corruption: float = 0.75  # share of the mix made deliberately wrong
     corruption_kind: Literal["guess", "miscopy"] = "guess"
-    clean_steps: int | None = None  # first phase on correct demonstrations only; None = half
+    clean_steps: int | None = None  # first steps on correct demonstrations only; None = steps // 2
     seed: int = 0
+
+    @property
+    def clean_phase(self) -> int:
+        return self.steps // 2 if self.clean_steps is None else self.clean_steps
+
+    def check(self) -> None:
+        if self.corruption_kind not in CORRUPTION_KINDS:
+            raise ValueError(f"corruption_kind={self.corruption_kind!r}; use one of {', '.join(CORRUPTION_KINDS)}")
+        if not 0.0 <= self.corruption <= 1.0:
+            raise ValueError(f"corruption={self.corruption} must be in [0, 1]")
+        if self.num_demos < 1 or self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.clean_phase < 0:
+            raise ValueError("warm start needs num_demos >= 1, steps >= 0, clean_steps >= 0, batch_size >= 1, lr > 0")
+        if self.corruption == 1.0 and self.clean_phase > 0:
+            raise ValueError("corruption=1.0 leaves no correct demonstrations for clean_steps; set clean_steps=0")
+
+
+@dataclass(frozen=True)
+class WarmStartConfig(SFTSettings):
+    """Offline SFT on an environment's demonstrations before RL (cached per machine)."""
+
+    enabled: bool = False
+
+    def settings(self) -> SFTSettings:
+        """The SFT hyperparameters alone: ``enabled`` is not part of the cache key."""
+        return SFTSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SFTSettings)})
 
 
 @dataclass

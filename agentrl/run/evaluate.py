@@ -35,6 +35,15 @@ def score_all(env, tasks_by_id: dict[str, Task], trajs: list[Trajectory]) -> Non
         t.metadata["score"] = dict(s.info)
 
 
+def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalResult:
+    """Mean reward of scored trajectories, overall and per task family."""
+    fam: dict[str, list[float]] = defaultdict(list)
+    for t in trajs:
+        fam[tasks_by_id[t.metadata["task_id"]].family].append(t.reward or 0.0)
+    acc = sum(t.reward or 0.0 for t in trajs) / max(1, len(trajs))
+    return EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
+
+
 def evaluate(runner: RolloutRunner, env, tasks: list[Task], *, greedy: bool = True, pass_k: int = 0,
              seed: int = 0) -> EvalResult:
     """Run every task once (greedy by default) and, if ``pass_k``, k samples each."""
@@ -45,12 +54,7 @@ def evaluate(runner: RolloutRunner, env, tasks: list[Task], *, greedy: bool = Tr
             runner.config = dataclasses.replace(base_cfg, temperature=0.0)
         batch = runner.run(tasks, 1, env.system_prompt, seed=seed, group_prefix="eval/")
         score_all(env, by_id, batch.trajectories)
-        trajs = batch.trajectories
-        fam: dict[str, list[float]] = defaultdict(list)
-        for t in trajs:
-            fam[by_id[t.metadata["task_id"]].family].append(t.reward or 0.0)
-        acc = sum(t.reward or 0.0 for t in trajs) / max(1, len(trajs))
-        result = EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
+        result = accuracy_of(batch.trajectories, by_id)
         if pass_k > 0:
             runner.config = base_cfg
             kb = runner.run(tasks, pass_k, env.system_prompt, seed=seed + 1, group_prefix="eval/")

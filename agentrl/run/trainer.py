@@ -32,6 +32,7 @@ from agentrl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoin
 from agentrl.scale.checkpoint_dcp import is_sharded, load_legacy_optimizer, load_sharded_checkpoint, save_sharded_checkpoint
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.run.evaluate import EvalResult, evaluate, score_all
+from agentrl.run.schedule import lr_factor
 from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
 from agentrl.algo.objective import Objective
 from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
@@ -64,25 +65,14 @@ class TrainResult:
                 f"{self.final_eval:.3f} (step {self.final_eval_step})")
 
 
-def _lr_lambda(schedule: str, warmup: int, total: int):
-    def f(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        frac = min(1.0, (step - warmup) / max(1, total - warmup))
-        return 0.5 * (1 + math.cos(math.pi * frac)) if schedule == "cosine" else 1.0 - frac
-
-    return f
-
-
 def build_optimizer(cfg: Config, model: torch.nn.Module):
     """AdamW over the trainable parameters (LoRA: the adapters) and its LR schedule."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
                                   weight_decay=cfg.optim.weight_decay)
+    o = cfg.optim
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _lr_lambda(cfg.optim.schedule, cfg.optim.warmup_steps, cfg.train.steps))
+        optimizer, lambda step: lr_factor(step, warmup=o.warmup_steps, total=cfg.train.steps, schedule=o.schedule))
     return optimizer, scheduler
 
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -57,8 +56,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from agentrl.run.config import CORRUPTION_KINDS, SFTSettings
+from agentrl.run.schedule import lr_factor
 from agentrl.types import Message
 
 if TYPE_CHECKING:
@@ -68,37 +69,6 @@ if TYPE_CHECKING:
 # Bump when the SFT procedure changes, so cached results of older code are not reused.
 WARMSTART_VERSION = 2
 
-CorruptionKind = Literal["guess", "miscopy"]
-CORRUPTION_KINDS: tuple[str, ...] = ("guess", "miscopy")
-
-
-@dataclass(frozen=True)
-class SFTSettings:
-    """Hyperparameters of the warm start; every field is part of the cache key."""
-
-    num_demos: int = 2000
-    steps: int = 500
-    lr: float = 2e-3
-    batch_size: int = 16
-    warmup_steps: int = 20
-    corruption: float = 0.75  # share of the mix made deliberately wrong
-    corruption_kind: str = "guess"
-    clean_steps: int | None = None  # first steps on correct demonstrations only; None = steps // 2
-    seed: int = 0
-
-    @property
-    def clean_phase(self) -> int:
-        return self.steps // 2 if self.clean_steps is None else self.clean_steps
-
-    def check(self) -> None:
-        if self.corruption_kind not in CORRUPTION_KINDS:
-            raise ValueError(f"corruption_kind={self.corruption_kind!r}; use one of {', '.join(CORRUPTION_KINDS)}")
-        if not 0.0 <= self.corruption <= 1.0:
-            raise ValueError(f"corruption={self.corruption} must be in [0, 1]")
-        if self.num_demos < 1 or self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.clean_phase < 0:
-            raise ValueError("warm start needs num_demos >= 1, steps >= 0, clean_steps >= 0, batch_size >= 1, lr > 0")
-        if self.corruption == 1.0 and self.clean_phase > 0:
-            raise ValueError("corruption=1.0 leaves no correct demonstrations for clean_steps; set clean_steps=0")
 
 
 @dataclass
@@ -328,14 +298,6 @@ def wrong_per_batch(settings: SFTSettings) -> list[int]:
     return out
 
 
-def _lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warmup, then cosine decay to 10% of the peak."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    frac = min(1.0, (step - warmup) / max(1, total - warmup))
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
-
-
 def sft(model, encoded: list[EncodedDemo], settings: SFTSettings, pad_id: int, log=None,
         callback=None) -> list[float]:
     """Train ``model`` in place on random batches of ``encoded``; returns the loss per step.
@@ -348,7 +310,9 @@ def sft(model, encoded: list[EncodedDemo], settings: SFTSettings, pad_id: int, l
     wrong = [e for e in encoded if e.corrupted]
     plan = wrong_per_batch(settings) if wrong else [0] * settings.steps
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.98), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, settings.warmup_steps, settings.steps))
+    # Warmup, then cosine decay to 10% of the peak.
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, warmup=settings.warmup_steps, total=settings.steps, floor=0.1))
     model.train()
     losses: list[float] = []
     with torch.random.fork_rng(devices=[]):
@@ -398,9 +362,7 @@ def cache_key(base_model_dir: Path, demos: list[Demonstration], tools: list[dict
     return h.hexdigest()[:16]
 
 
-def warm_start(base_model_dir: str | Path, env: "Environment", *, num_demos: int = 2000, steps: int = 500,
-               lr: float = 2e-3, batch_size: int = 16, warmup_steps: int = 20, corruption: float = 0.75,
-               corruption_kind: str = "guess", clean_steps: int | None = None, seed: int = 0,
+def warm_start(base_model_dir: str | Path, env: "Environment", settings: SFTSettings | None = None, *,
                cache_dir: str | Path | None = None, tool_timeout: float = 10.0,
                template: str | None = None, num_threads: int | None = None, log=print) -> Path:
     """SFT ``base_model_dir`` on ``env``'s (partly corrupted) demonstrations; returns the HF dir.
@@ -408,12 +370,13 @@ def warm_start(base_model_dir: str | Path, env: "Environment", *, num_demos: int
     Cached under ``<cache_dir>/warmstart-<key>`` (default cache: ``agentrl.models.tiny.
     default_cache_dir()``); a second call with the same inputs returns the same path without
     training. ``num_threads`` sets torch's CPU threads for the SFT (restored after).
-``tool_timeout`` is the run's ``tools.timeout``: the tool descriptions in the demonstrations'
-prompts are the ones the run will show.
+    ``settings`` are the SFT hyperparameters (default :class:`SFTSettings`); ``tool_timeout`` is
+    the run's ``tools.timeout``, so the tool descriptions in the demonstrations' prompts are the
+    ones the run will show.
 
     >>> from agentrl.envs.arithmetic import ArithmeticEnv            # doctest: +SKIP
     >>> from agentrl.models.tiny import ensure_tiny_model            # doctest: +SKIP
-    >>> warm_start(ensure_tiny_model(), ArithmeticEnv(), steps=300, log=None)  # doctest: +SKIP
+    >>> warm_start(ensure_tiny_model(), ArithmeticEnv(), SFTSettings(steps=300), log=None)  # doctest: +SKIP
     PosixPath('.../warmstart-...')
     """
     import torch
@@ -428,9 +391,7 @@ prompts are the ones the run will show.
     if not (base / "config.json").exists():
         raise FileNotFoundError(f"{base} is not a Hugging Face model directory (no config.json); "
                                 "pass a local model dir, e.g. agentrl.models.tiny.ensure_tiny_model()")
-    settings = SFTSettings(num_demos=num_demos, steps=steps, lr=lr, batch_size=batch_size,
-                           warmup_steps=warmup_steps, corruption=corruption, corruption_kind=corruption_kind,
-                           clean_steps=clean_steps, seed=seed)
+    settings = settings or SFTSettings()
     demos = make_demonstrations(env, settings)
     tools = ToolBox(env.tools(), default_timeout=tool_timeout).schemas() or None
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()

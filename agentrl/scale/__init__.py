@@ -5,6 +5,7 @@ checkpointing of the policy (``parallel``), merging per-rank results (``rank_mer
 moving the trainer's weights to the sampler (``weight_sync``) and sharded checkpoints
 (``checkpoint_dcp``).
 
-May import torch, peft, ``agentrl.types``, ``agentrl.engines.base`` and
-``agentrl.run.config``'s dataclasses; never the trainer.
+May import torch, peft, ``agentrl.types``, ``agentrl.engines.base``, the config dataclasses
+(``agentrl.run.config``) and the result types it merges (``agentrl.run.evaluate``); never the
+trainer.
 """

@@ -13,10 +13,9 @@ rollouts file describe the global batch whatever the number of ranks.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
-from agentrl.run.evaluate import EvalResult
+from agentrl.run.evaluate import EvalResult, accuracy_of
 from agentrl.types import Task, Trajectory
 
 
@@ -56,12 +55,7 @@ def merge_eval_results(results: list[EvalResult], tasks_by_id: dict[str, Task]) 
     """Greedy accuracy over every rank's trajectories; pass@k weighted by each rank's tasks."""
     if len(results) == 1:
         return results[0]
-    trajs = [t for r in results for t in r.trajectories]
-    fam: dict[str, list[float]] = defaultdict(list)
-    for t in trajs:
-        fam[tasks_by_id[t.metadata["task_id"]].family].append(t.reward or 0.0)
-    acc = sum(t.reward or 0.0 for t in trajs) / max(1, len(trajs))
-    out = EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
+    out = accuracy_of([t for r in results for t in r.trajectories], tasks_by_id)
     weighted = [(r.pass_k, len(r.trajectories)) for r in results if r.pass_k is not None]
     if weighted:
         out.pass_k = sum(p * n for p, n in weighted) / max(1, sum(n for _, n in weighted))
