@@ -40,8 +40,10 @@ def _cmd_inspect(argv: list[str]) -> int:
 
 
 def _cmd_check_template(args: argparse.Namespace) -> int:
-    from agentrl.template_check import run_check_template
+    from agentrl.template_check import run_check_corpus, run_check_template
 
+    if args.corpus:
+        return run_check_corpus(args.corpus, args.model)
     return run_check_template(args.model, args.template)
 
 
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check-template", help="check that a chat template is prefix-preserving for tool turns")
     c.add_argument("model", help="model name or local directory with a tokenizer")
     c.add_argument("--template", default=None, help="template name in agentrl/templates or a .jinja file")
+    c.add_argument("--corpus", metavar="DIR", default=None,
+                   help="check every .jinja template in DIR with MODEL's tokenizer, one line each")
     c.set_defaults(fn=_cmd_check_template)
     args = p.parse_args(argv)
     from agentrl.run.config import ConfigError

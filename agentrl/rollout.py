@@ -184,7 +184,8 @@ class RolloutRunner:
             stopped_on_token = bool(ids) and ids[-1] in self.chat.stop_token_ids
             body = ids[:-1] if stopped_on_token else ids
             text = self.tokenizer.decode(body, skip_special_tokens=False)
-            parsed = self.chat.parse_assistant(text)
+            # The schemas type the arguments of formats that write them as text (XML forms).
+            parsed = self.chat.parse_assistant(text, self.toolbox.schemas() or None)
             a.messages.append(Message("assistant", parsed.content, tool_calls=list(parsed.tool_calls)))
             a.ended_with_turn_end = stopped_on_token and ids[-1] == self._turn_end_id
             if finish == "length" or not (stopped_on_token or finish == "stop"):

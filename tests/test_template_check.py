@@ -162,3 +162,17 @@ def test_corpus_mode_prints_one_line_per_template(capsys, tmp_path):
     assert "reasoning: dropped from earlier turns; adds an empty <think> block" in lines[1]
     assert run_check_corpus(str(tmp_path / "absent"), str(QWEN25)) == 1
     assert "no such directory" in capsys.readouterr().out
+
+
+def test_cli_corpus_mode_prints_one_line_per_template(tmp_path, capsys):
+    from agentrl.cli import main
+
+    for name in ("Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja"):
+        (tmp_path / name).write_text((TEMPLATES / name).read_text())
+    code = main(["check-template", str(QWEN3), "--corpus", str(tmp_path)])
+    lines = [line for line in capsys.readouterr().out.splitlines() if ".jinja" in line]
+    assert len(lines) == 2, lines
+    qwen25, qwen3 = sorted(lines)
+    assert "PASS" in qwen25 and "hermes" in qwen25 and "round-trip 5/5" in qwen25
+    assert "FAIL (tool message after a tool-call turn)" in qwen3
+    assert code == 1  # Qwen3's original is not prefix-preserving: the exit code says so

@@ -151,7 +151,7 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
         model = prepare_policy(model, plan, cfg.lora, device)
     set_threads(cfg.model.num_threads, model)
     engine = make_engine(cfg, sampler if sampler is not None else model, tok, model_path)
-    chat = ChatTemplate(tok, cfg.model.template)
+    chat = ChatTemplate(tok, cfg.model.template, tool_call_format=cfg.model.tool_call_format)
     box = ToolBox(env.tools(), tokenizer=tok, default_timeout=cfg.tools.timeout,
                   max_output_tokens=cfg.tools.max_output_tokens)
     rollout_cfg = cfg.rollout

@@ -32,6 +32,9 @@ class ConfigError(ValueError):
 class ModelConfig:
     path: str = "tiny"  # HF model name or local dir; "tiny" builds the offline tiny model
     template: str | None = None  # chat template: name in agentrl/templates, file, or None = tokenizer's
+    # how the model writes tool calls: a name in agentrl.formats (hermes, qwen_xml, harmony, ...);
+    # None = detected by rendering a known call through the template (an error when unsure)
+    tool_call_format: str | None = None
     tiny_seed: int = 0  # seed of the tiny model when path == "tiny"
     # torch CPU threads; None = 1 for a model under 50M parameters on CPU, else
     # min(2, cores // local ranks) (agentrl.run.build.set_threads)
