@@ -7,6 +7,8 @@ so the code it runs cannot raise them back), then does one of:
 - ``run``: execute the code read from stdin once (fresh mode);
 - ``worker CMD_FD RES_FD``: a stateful interpreter; cells arrive length-prefixed on CMD_FD,
   one byte on RES_FD says a cell finished (its output went to stdout/stderr before it);
+- ``server SOCK_FD ...``: the warm fork server of fresh mode (its code, :mod:`serve`, travels
+  as one more argument and runs in these globals);
 - ``candidate`` / ``harness``: the two halves of the hidden-test checker (see
   :mod:`agentrl.envs.code_check`). The candidate process holds the solution; the harness
   process holds the tests and calls the solution through a pipe, receiving only plain values
@@ -23,15 +25,22 @@ import sys
 CELL = "<cell>"
 
 
-def guard(fd, scope):
+def guard(fd, scope, detach=False):
     """Tie this sandbox to the trainer: fork a watcher that blocks on the lifeline pipe, whose
     only write end the trainer holds. EOF means the trainer closed it (the run is over) or died
     (even by SIGKILL, which no launcher reliably forwards: privileged bubblewrap drops its
     parent-death signal when it changes credentials). Then the watcher kills every process it
-    may (``all``: the sandbox's own pid namespace or leased uid) or its process group."""
-    if os.fork():
+    may (``all``: the sandbox's own pid namespace or leased uid) or its process group.
+    ``detach``: the watcher is not our child (the fork server counts its children to know that
+    a call left nothing behind)."""
+    pid = os.fork()
+    if pid:
         os.close(fd)  # the code never sees the lifeline
+        if detach:
+            os.waitpid(pid, 0)
         return
+    if detach and os.fork():
+        os._exit(0)
     os.closerange(0, fd)  # hold no pipe of the run open: its output ends when the code ends
     os.closerange(fd + 1, 1 << 16)
     try:
@@ -75,7 +84,7 @@ def set_limits(spec):
         os.setresuid(uid, uid, uid)
     if life is not None:
         fd, _, scope = life.partition(":")
-        guard(int(fd), scope)
+        guard(int(fd), scope, detach=sys.argv[1] == "server")
 
 
 def report(exc, src):
@@ -308,6 +317,13 @@ def main():
         sys.exit(0 if ok else 1)
     if mode == "worker":
         worker(int(sys.argv[4]), int(sys.argv[5]))
+        return
+    if mode == "server":  # SOCK_FD NAMESPACES DISK_BYTES KEEP SERVER_CODE (see serve.py)
+        import marshal
+
+        exec(marshal.loads(bytes.fromhex(sys.argv.pop())), globals())
+        keep = [p for p in sys.argv[7].split(":") if p]
+        serve(int(sys.argv[4]), sys.argv[5] == "1", int(sys.argv[6]), keep)  # noqa: F821 - defined by serve.py
         return
     import json
 

@@ -40,6 +40,11 @@ class SandboxConfig:
     importable (numpy and friends) at the price of a slower start. ``max_concurrency``
     bounds runs at once (default: CPU count). ``uid_base`` is the first of the unprivileged
     user ids used when started as root.
+
+    ``fork_server`` (fresh mode): fork each call from a warm interpreter already inside the
+    sandbox (see :mod:`.forkserver`) instead of starting one interpreter per call; each
+    server is replaced after ``fork_server_calls`` calls or any anomaly. It needs root (every
+    call gets a leased uid of its own); elsewhere fresh mode starts one interpreter per call.
     """
 
     timeout: float = 10.0
@@ -62,13 +67,15 @@ class SandboxConfig:
     uid_count: int = 4096
     hidden_paths: tuple[str, ...] = DEFAULT_HIDDEN
     extra_env: dict[str, str] = field(default_factory=dict)
+    fork_server: bool = True
+    fork_server_calls: int = 1000
 
     def __post_init__(self) -> None:
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise ValueError(f"sandbox timeout must be a positive number of seconds, got {self.timeout}")
         if self.isolation not in ISOLATION_REQUESTS:
             raise ValueError(f"isolation must be one of {ISOLATION_REQUESTS}, got {self.isolation!r}")
-        for name in ("memory_mb", "max_processes", "max_file_mb", "max_open_files", "disk_mb", "max_output_chars", "max_output_bytes", "uid_count"):
+        for name in ("memory_mb", "max_processes", "max_file_mb", "max_open_files", "disk_mb", "max_output_chars", "max_output_bytes", "uid_count", "fork_server_calls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"sandbox {name} must be at least 1, got {getattr(self, name)}")
         if self.max_output_bytes < self.max_output_chars:

@@ -151,8 +151,10 @@ class Isolation:
             f"NOFILE={c.max_open_files},CORE=0"
         )
 
-    def launch(self, child_args: list[str], uid: int | None) -> Launch:
-        """The command line that runs ``child.py`` with ``child_args`` at this level."""
+    def launch(self, child_args: list[str], uid: int | None, server: bool = False) -> Launch:
+        """The command line that runs ``child.py`` with ``child_args`` at this level. A fork
+        ``server`` (see :mod:`.serve`) keeps CAP_SYS_ADMIN under bubblewrap as root, to give each
+        call its own mount and pid namespace."""
         limits = child_args[1]
         if self.level == "bwrap" and uid is not None:
             # The child drops to ``uid`` itself (see child.set_limits): one exec fewer than
@@ -165,7 +167,7 @@ class Isolation:
         if self.level == "bwrap":
             # bwrap's --die-with-parent ties the sandbox to bwrap, not bwrap to us: without the
             # parent-death signal a SIGKILLed trainer leaves bwrap and its sandbox running.
-            argv = [*_PDEATHSIG, "bwrap", *self._bwrap_args(), "--chdir", "/tmp", "--", *python]
+            argv = [*_PDEATHSIG, "bwrap", *self._bwrap_args(server), "--chdir", "/tmp", "--", *python]
             return Launch(argv, env, "/", uid, None, True)
         if self.level == "unshare":
             return Launch(self._unshare_argv(drop, python), env, "/", uid, None, True)
@@ -184,12 +186,14 @@ class Isolation:
         if launch.host_workdir:
             remove_tree(launch.host_workdir)
 
-    def _bwrap_args(self) -> list[str]:
+    def _bwrap_args(self, server: bool = False) -> list[str]:
         size = str(self.config.disk_mb << 20)
         ns = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if self.root:
             # Privileged bwrap keeps only what the child needs to drop to the sandbox uid.
             caps = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            if server:
+                caps += ["--cap-add", "CAP_SYS_ADMIN"]
         else:
             ns = ["--unshare-all"]
             caps = ["--cap-drop", "ALL"]

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
 from .config import SandboxConfig
+from .forkpool import ForkServers
 from .isolation import Isolation, Launch
 from .pool import ExecPool, shared_pool
 from .process import SandboxProcess, pump
@@ -34,21 +35,36 @@ class LocalExecutor:
         self.config = config or SandboxConfig()
         self.isolation = Isolation.for_config(self.config)
         self.pool = pool or shared_pool(self.config.max_concurrency)
+        # Fresh-mode calls fork from warm servers where every call can have a uid of its own.
+        self.forkservers: ForkServers | None = None
+        if self.config.fork_server and self.isolation.leases is not None:
+            self.forkservers = ForkServers(self)
+
+    @property
+    def uses_fork_server(self) -> bool:
+        return self.forkservers is not None
+
+    def close(self) -> None:
+        """Stop this executor's fork servers (also done when it is collected, and at exit)."""
+        if self.forkservers is not None:
+            self.forkservers.close()
 
     @property
     def isolation_level(self) -> str:
         return self.isolation.level
 
     @contextmanager
-    def lease_uid(self) -> Iterator[int | None]:
-        """An unprivileged uid of its own for one sandbox (None when not root)."""
+    def lease_uid(self, reuse: bool = False) -> Iterator[int | None]:
+        """An unprivileged uid of its own for one sandbox (None when not root); ``reuse``: see
+        :meth:`.uids.UidLeases.acquire`."""
         if self.isolation.leases is None:
             yield None
             return
-        with self.isolation.leases.lease() as uid:
+        with self.isolation.leases.lease(reuse) as uid:
             yield uid
 
-    def start(self, child_args: list[str], uid: int | None, stdin: bytes | None, pass_fds: tuple[int, ...] = ()) -> tuple[SandboxProcess, Launch]:
+    def start(self, child_args: list[str], uid: int | None, stdin: bytes | None, pass_fds: tuple[int, ...] = (),
+              server: bool = False) -> tuple[SandboxProcess, Launch]:
         """Launch ``child.py`` with ``child_args`` in the sandbox (the caller must :meth:`finish` it).
 
         The child gets the read end of a lifeline pipe whose write end only this process holds
@@ -60,7 +76,7 @@ class LocalExecutor:
         scope = "all" if (uid is not None or self.isolation.level != "rlimits") else "group"
         child_args = [child_args[0], f"{child_args[1]},LIFE={life_r}:{scope}", *child_args[2:]]
         try:
-            launch = self.isolation.launch(child_args, uid)
+            launch = self.isolation.launch(child_args, uid, server)
             marker = None if (uid is not None or launch.own_pid_namespace) else secrets.token_hex(8)
             try:
                 proc = SandboxProcess(
@@ -95,9 +111,13 @@ class LocalExecutor:
         )
 
     def run(self, code: str) -> ExecResult:
-        """Run ``code`` in a new interpreter and wait (blocking; bounded by the pool and timeout)."""
+        """Run ``code`` in a fresh process and wait (blocking; bounded by the pool and timeout):
+        a child forked from a warm server (:mod:`.forkpool`), or a new interpreter when the
+        fork server is off or not available here."""
         cfg = self.config
-        with self.pool.slot(), self.lease_uid() as uid:
+        with self.pool.slot(), self.lease_uid(reuse=self.forkservers is not None) as uid:
+            if self.forkservers is not None:
+                return self.forkservers.run(code, uid)
             proc, launch = self.start(["run", self.isolation.limits(cfg.cpu_seconds_per_call)], uid, code.encode("utf-8", "surrogatepass"))
             reason = "error"
             try:

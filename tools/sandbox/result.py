@@ -29,6 +29,7 @@ class ExecResult:
     truncated: bool = False  # bytes were cut from the middle of the output
     restarted: bool = False  # stateful mode: an earlier interpreter (and its variables) is gone
     worker_exited: bool = False  # stateful mode: the code ended the interpreter
+    server_lost: bool = False  # fresh mode: the fork server or the call's supervisor died mid-call
 
     @property
     def ok(self) -> bool:
@@ -41,6 +42,8 @@ class ExecResult:
             notes.append(f"[stopped: the code ran past the {self.timeout_s:g}s time limit]")
         elif self.output_limited:
             notes.append(f"[stopped: the code printed more than {self.max_output_bytes} bytes]")
+        elif self.server_lost:
+            notes.append("[the sandbox stopped before the code finished; it was restarted, run the code again]")
         elif self.worker_exited:
             notes.append(f"[the interpreter exited (status {self.exit_code}); a new one starts on the next call]")
         elif self.exit_code is not None and self.exit_code < 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import random
 import stat
@@ -37,13 +38,19 @@ class UidLeases:
         self.count = count
         self.lock_dir = lock_dir or _default_lock_dir()
         self._held: set[int] = set()
+        self._released: dict[int, None] = {}  # uids this process claimed and released, oldest first
         self._mutex = threading.Lock()
 
-    def acquire(self) -> tuple[int, int]:
-        """Lease a uid; returns ``(uid, lock_fd)``. Release with :meth:`release`."""
+    def acquire(self, reuse: bool = False) -> tuple[int, int]:
+        """Lease a uid; returns ``(uid, lock_fd)``. Release with :meth:`release`.
+
+        ``reuse``: prefer a uid this process released before (already claimed, so no sweep of
+        its processes is needed) — for callers that know a released uid has no process left
+        (the fork server: a call's pid namespace is gone before it reports)."""
         start = random.randrange(self.count)
-        for i in range(self.count):
-            uid = self.base + (start + i) % self.count
+        with self._mutex:
+            recent = list(self._released) if reuse else []
+        for uid in itertools.chain(reversed(recent), (self.base + (start + i) % self.count for i in range(self.count))):
             with self._mutex:
                 if uid in self._held:
                     continue
@@ -76,10 +83,14 @@ class UidLeases:
         os.close(fd)  # closing drops the flock
         with self._mutex:
             self._held.discard(uid)
+            self._released.pop(uid, None)
+            self._released[uid] = None
+            while len(self._released) > 64:
+                del self._released[next(iter(self._released))]
 
     @contextlib.contextmanager
-    def lease(self) -> Iterator[int]:
-        uid, fd = self.acquire()
+    def lease(self, reuse: bool = False) -> Iterator[int]:
+        uid, fd = self.acquire(reuse)
         try:
             yield uid
         finally:
