@@ -10,8 +10,8 @@ packages from other folders (``agentrl.tools`` <- ``tools/``, ``agentrl.envs`` <
 
 1. puts the repository root first on ``sys.path`` (so ``agentrl`` is this tree's, even where
    another copy is installed) and ``benchmarks/`` after it (for ``scripted_turns``);
-2. registers each ``package-dir`` mapping of pyproject.toml as a package whose ``__path__`` is
-   the mapped folder (its subpackages then import normally);
+2. puts a finder first on ``sys.meta_path`` that loads each ``package-dir`` entry of
+   pyproject.toml from its folder (``WorkingTreeFinder``);
 3. hides the modules named in ``hide`` (CI uses it to run the smoke test as the GPU machine
    would see it: without jsonschema, matplotlib, tensorboard, rich, vllm);
 4. stands in for what agentrl needs but the machine may lack, and says so in a note:
@@ -23,6 +23,7 @@ packages from other folders (``agentrl.tools`` <- ``tools/``, ``agentrl.envs`` <
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -56,29 +57,31 @@ class ImportReport:
 
 
 def package_dirs() -> dict[str, str]:
-    """pyproject's ``[tool.setuptools] package-dir`` entries other than the identity ones."""
+    """pyproject's ``[tool.setuptools] package-dir``: package name -> folder in the repository."""
     try:
         import tomllib
     except ImportError:
-        return dict(DEFAULT_PACKAGE_DIRS)
+        return {"agentrl": "agentrl", **DEFAULT_PACKAGE_DIRS}
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    dirs = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
-    return {name: folder for name, folder in dirs.items() if name.replace(".", "/") != folder}
+    return dict(data.get("tool", {}).get("setuptools", {}).get("package-dir", {})) or {
+        "agentrl": "agentrl", **DEFAULT_PACKAGE_DIRS}
 
 
-def _register_package(name: str, folder: Path) -> None:
-    """Import ``folder/__init__.py`` as package ``name``, with ``folder`` as its ``__path__``."""
-    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
-                                                  submodule_search_locations=[str(folder)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    parent, _, child = name.rpartition(".")
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    setattr(sys.modules[parent], child, module)
+class WorkingTreeFinder(importlib.abc.MetaPathFinder):
+    """Finds each package of ``package-dir`` in its folder of this repository, first of all
+    finders (an installed agentrl, editable or not, never answers for it). Subpackages and
+    modules below them are found through the package's ``__path__`` as usual, and the
+    packages import lazily, in whatever order their code imports each other."""
+
+    def __init__(self, dirs: dict[str, str]):
+        self.dirs = {name: REPO / folder for name, folder in dirs.items()}
+
+    def find_spec(self, fullname, path=None, target=None):
+        folder = self.dirs.get(fullname)
+        if folder is None:
+            return None
+        return importlib.util.spec_from_file_location(fullname, folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
 
 
 def _available(name: str) -> bool:
@@ -110,12 +113,14 @@ def prepare(hide: list[str] | tuple[str, ...] = ()) -> ImportReport:
                             "additionalProperties, enum, items, anyOf: what @tool schemas use)")
     for mod in [m for m in sys.modules if m == "agentrl" or m.startswith("agentrl.")]:
         del sys.modules[mod]  # an installed copy imported earlier must not answer for this tree
+    dirs = package_dirs()
+    sys.meta_path.insert(0, WorkingTreeFinder(dirs))
     import agentrl
 
     report.agentrl_file = str(Path(agentrl.__file__).resolve())
-    for name, folder in sorted(package_dirs().items()):  # parents before children
-        _register_package(name, REPO / folder)
-        report.mapped_packages[name] = str((REPO / folder).resolve())
+    for name in sorted(dirs):
+        if name != "agentrl":
+            report.mapped_packages[name] = str(Path(importlib.import_module(name).__path__[0]).resolve())
     if "matplotlib" in report.missing:
         skip_plots()
         report.notes.append("matplotlib is missing: Trainer.train calls plot_curves after every step, which "

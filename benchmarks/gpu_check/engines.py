@@ -23,17 +23,17 @@ class ForwardingScriptedTurns(ScriptedTurnsEngine):
 
 
 class FixedTokensEngine:
-    """Answers every row with ``n`` random ordinary token ids at once (no model call).
+    """Answers every row with ``max_new_tokens`` random ordinary token ids at once (no model call).
 
     For timing the update on a batch of known shape: the rollout costs next to nothing and
-    every attempt has exactly ``n`` sampled tokens. The ids are below ``plain_ids`` (the
-    tokenizer's ordinary vocabulary), so none ends a turn or opens a tool call. The log-probs
-    returned (μ) are a constant, so the step's sampler/trainer mismatch figures mean nothing.
+    every attempt has exactly ``max_new_tokens`` sampled tokens. The ids are below
+    ``plain_ids`` (the tokenizer's ordinary vocabulary), so none ends a turn or opens a tool
+    call. The log-probs returned (μ) are a constant, so the step's sampler/trainer mismatch
+    figures mean nothing.
     """
 
-    def __init__(self, inner, n: int, plain_ids: int, seed: int = 0):
+    def __init__(self, inner, plain_ids: int, seed: int = 0):
         self.inner = inner
-        self.n = n
         self.plain_ids = plain_ids
         self.rng = random.Random(seed)
 
@@ -45,7 +45,8 @@ class FixedTokensEngine:
     def generate(self, prompts, params):
         from agentrl.engines.base import Generation
 
-        return [Generation([self.rng.randrange(self.plain_ids) for _ in range(self.n)], [-12.0] * self.n, "length")
+        n = params.max_new_tokens
+        return [Generation([self.rng.randrange(self.plain_ids) for _ in range(n)], [-12.0] * n, "length")
                 for _ in prompts]
 
 

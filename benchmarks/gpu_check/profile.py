@@ -29,8 +29,7 @@ class Profile:
     free_new_tokens: int  # per turn, the model's own text
     scripted_turn_tokens: int  # per forced turn (a tool call or the answer, after sampled text)
     scripted_tool_turns: int
-    # update timing: a train_step whose policy_prompts x policy_samples attempts sample this many tokens
-    update_response_tokens: int
+    # update timing: a train_step whose attempts all sample free_new_tokens tokens at no cost
     update_micro_batch_tokens: int  # train.micro_batch_tokens of the policy trainer
     # the arithmetic example
     arith_steps: int
@@ -55,10 +54,10 @@ GPU = Profile(
     name="gpu", device="cuda", dtype="bfloat16", qwen_overrides={},
     sampling_batches=(64, 256), sampling_new_tokens=256, sampling_warmup_tokens=8, sampling_group=8,
     policy_prompts=8, policy_samples=8, free_new_tokens=256, scripted_turn_tokens=64, scripted_tool_turns=2,
-    update_response_tokens=768, update_micro_batch_tokens=8192,
+    update_micro_batch_tokens=8192,
     arith_steps=20, arith_overrides=(),
     budgets={"setup": 40, "sampling_tiny": 30, "sampling_qwen": 100, "train_step": 70, "logprob_match": 10,
-             "masks_spans": 10, "update": 60, "arithmetic": 150},
+             "masks_spans": 10, "update": 60, "arithmetic": 170},
     total_budget_s=470.0,
 )
 
@@ -68,7 +67,7 @@ SMOKE = Profile(
                     "num_attention_heads": 4, "num_key_value_heads": 2, "max_window_layers": 2},
     sampling_batches=(4, 8), sampling_new_tokens=16, sampling_warmup_tokens=2, sampling_group=2,
     policy_prompts=2, policy_samples=2, free_new_tokens=16, scripted_turn_tokens=48, scripted_tool_turns=1,
-    update_response_tokens=32, update_micro_batch_tokens=1024,
+    update_micro_batch_tokens=1024,
     arith_steps=2,
     arith_overrides=("warmstart.num_demos=32", "warmstart.steps=8", "warmstart.batch_size=4",
                      "warmstart.warmup_steps=1", "train.prompts_per_step=2", "algo.num_samples=2",
