@@ -88,6 +88,48 @@ def test_smoke_run_reports_every_section_ok(tmp_path):
     assert all(f"| {n} | ok |" in table for n in SECTIONS)
 
 
+PLAIN_CHECKOUT = '''
+import json, sys
+# as on the GPU machine: no (editable) install of agentrl, and none of the modules it lacks
+sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
+sys.path.insert(0, sys.argv[1])
+from gpu_check import bootstrap
+report = bootstrap.prepare(list(bootstrap.GPU_ABSENT))
+from importlib import resources
+from agentrl import tool
+from agentrl.tools import python_tool
+from agentrl.envs.arithmetic import ArithmeticEnv
+
+@tool
+def add(a: int, b: int = 1) -> int:
+    """Add.
+
+    Args:
+        a: first
+        b: second
+    """
+    return a + b
+
+print(json.dumps({"agentrl": report.agentrl_file, "mapped": report.mapped_packages,
+                  "jsonschema": sys.modules["jsonschema"].__name__, "errors": add.argument_errors({"a": "x", "c": 1}),
+                  "template": len(resources.files("agentrl.templates").joinpath("hermes_compact.jinja").read_text()),
+                  "env": type(ArithmeticEnv(seed=0)).__module__, "tool": python_tool.__module__}))
+'''
+
+
+def test_bootstrap_imports_the_working_tree_without_an_install(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", PLAIN_CHECKOUT, str(REPO / "benchmarks")], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["agentrl"] == str(REPO / "agentrl" / "__init__.py")
+    assert got["mapped"] == {"agentrl.envs": str(REPO / "envs"), "agentrl.templates": str(REPO / "templates"),
+                             "agentrl.tools": str(REPO / "tools")}
+    assert got["jsonschema"] == "gpu_check.jsonschema_lite"
+    assert got["errors"] == ["argument 'a' must be integer, got string \"x\"", "unexpected argument 'c'"]
+    assert got["template"] > 0 and got["env"] == "agentrl.envs.arithmetic" and got["tool"] == "agentrl.tools.python"
+
+
 def _tool_fn(count: int, ratio: float, name: str, flag: bool, ids: list[int], weights: dict[str, int],
              mode: Literal["fast", "slow"] = "fast", limit: Optional[int] = None) -> str:
     """A function with every kind of parameter agentrl turns into a schema.
