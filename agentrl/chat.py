@@ -10,7 +10,7 @@ Example (Qwen2.5-style tokenizer)::
     tmpl = ChatTemplate(tokenizer, "hermes")
     prompt = tmpl.encode_prompt([Message("user", "2+2?")], tools=None)
     turn = tmpl.parse_assistant(sampled_text)            # content + tool calls
-    segs = tmpl.continuation(history, tool_messages, tools, ended_with_turn_end=True)
+    segs = tmpl.continuation(history, tool_messages, tools, sampled_end=tmpl.turn_end)
 """
 
 from __future__ import annotations
@@ -244,6 +244,9 @@ class ChatTemplate:
         vocab = tokenizer.get_added_vocab()
         call_stops = [vocab[t] for t in self.format.stop_tokens if t in vocab]
         self.stop_token_ids = list(dict.fromkeys([self._turn_end_id, *eos_ids, *call_stops]))
+        # stop id -> the marker it writes, for the ones that close a turn in the rendering
+        self.turn_closers = {self._turn_end_id: self.turn_end,
+                             **{vocab[t]: t for t in self.format.stop_tokens if t in vocab}}
 
     def _detect_turn_end(self) -> str:
         probe = [Message("user", _PROBE_USER), Message("assistant", _PROBE_ASSISTANT)]
@@ -301,16 +304,20 @@ class ChatTemplate:
         return [i for seg in self._segments(pieces, "prompt") for i in seg.token_ids]
 
     def continuation(self, history: list[Message], new_messages: list[Message], tools: list[dict] | None,
-                     ended_with_turn_end: bool) -> list[Segment]:
-        """Segments to append after the sampled ids of the last assistant turn in ``history``:
-        [turn_end if the turn did not end with it] + the text after turn_end in render(history)
+                     sampled_end: str | None) -> list[Segment]:
+        """Segments to append after the sampled ids of the last assistant turn in ``history``.
+
+        ``sampled_end`` is the marker the sampled turn ended with: the turn end, or a format's
+        call-turn stop token (gpt-oss ``<|call|>``), or None (eos, a stop string). Appended:
+        [turn_end when sampled_end is None] + the text after that marker in render(history)
         + delta, where delta = render(history + new_messages, gen=True)[len(render(history)):]
         with each new message's content as a literal "tool" segment."""
         before = self.render(history, tools)
-        cut = before.rfind(self.turn_end)
+        marker = sampled_end or self.turn_end
+        cut = before.rfind(marker)
         if cut < 0:
-            raise TemplateError(f"the rendering of the history has no {self.turn_end!r} closing the assistant turn")
-        closing = ("" if ended_with_turn_end else self.turn_end) + before[cut + len(self.turn_end):]
+            raise TemplateError(f"the rendering of the history has no {marker!r} closing the assistant turn")
+        closing = ("" if sampled_end else self.turn_end) + before[cut + len(marker):]
         after = self.render(history + new_messages, tools, add_generation_prompt=True)
         if not after.startswith(before):
             raise TemplateError(

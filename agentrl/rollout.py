@@ -92,7 +92,7 @@ class _Attempt:
     turns: int = 0
     # calls the current turn asked for; parse errors are observations too
     pending: list[ToolCall | str] = field(default_factory=list)
-    ended_with_turn_end: bool = True
+    sampled_end: str | None = None  # the turn-closing marker the last sampled turn ended with
 
 
 class RolloutRunner:
@@ -104,7 +104,6 @@ class RolloutRunner:
         self.toolbox = toolbox
         self.config = config or RolloutConfig()
         self.tokenizer = chat.tokenizer
-        self._turn_end_id = self.tokenizer.convert_tokens_to_ids(chat.turn_end)
         self._answer_re = re.compile(self.config.answer_pattern or DEFAULT_ANSWER_PATTERN, re.DOTALL)
 
     def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
@@ -187,7 +186,7 @@ class RolloutRunner:
             # The schemas type the arguments of formats that write them as text (XML forms).
             parsed = self.chat.parse_assistant(text, self.toolbox.schemas() or None)
             a.messages.append(Message("assistant", parsed.content, tool_calls=list(parsed.tool_calls)))
-            a.ended_with_turn_end = stopped_on_token and ids[-1] == self._turn_end_id
+            a.sampled_end = self.chat.turn_closers.get(ids[-1]) if stopped_on_token else None
             if finish == "length" or not (stopped_on_token or finish == "stop"):
                 a.finish_reason = "length"
                 continue
@@ -223,7 +222,7 @@ class RolloutRunner:
             cid = call.id if isinstance(call, ToolCall) else None
             new.append(Message("tool", rec.result, tool_call_id=cid, name=rec.name or None))
         try:
-            segments: list[Segment] = self.chat.continuation(a.messages, new, tools, a.ended_with_turn_end)
+            segments: list[Segment] = self.chat.continuation(a.messages, new, tools, a.sampled_end)
         except Exception as e:  # a template that cannot render this conversation
             a.finish_reason = "error"
             a.pending = []

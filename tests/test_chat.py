@@ -224,7 +224,7 @@ def _rollout(tmpl: ChatTemplate, tok, replies: list[Message], results: list[list
         assert not turn.errors and [c.name for c in turn.tool_calls] == [c.name for c in reply.tool_calls]
         convo.append(Message("assistant", turn.content, turn.tool_calls))
         new = [Message("tool", out, tool_call_id=c.id, name=c.name) for out, c in zip(outputs, turn.tool_calls)]
-        segs = tmpl.continuation(convo, new, tools, ended_with_turn_end)
+        segs = tmpl.continuation(convo, new, tools, tmpl.turn_end if ended_with_turn_end else None)
         assert all(s.token_ids and s.kind in ("template", "tool") for s in segs)
         ids += sampled + [i for s in segs for i in s.token_ids]
         all_segments += segs
@@ -255,7 +255,7 @@ def test_continuation_qwen25_matches_full_rendering(qwen25, template, ended):
 def test_continuation_two_tool_messages_merge_into_one_user_turn(qwen25):
     tmpl = ChatTemplate(qwen25)
     history = [Message("user", "q"), TWO]
-    segs = tmpl.continuation(history, [Message("tool", "a"), Message("tool", "b")], None, True)
+    segs = tmpl.continuation(history, [Message("tool", "a"), Message("tool", "b")], None, tmpl.turn_end)
     text = [(s.kind, qwen25.decode(s.token_ids)) for s in segs]
     assert text == [("template", "\n<|im_start|>user\n<tool_response>\n"), ("tool", "a"),
                     ("template", "\n</tool_response>\n<tool_response>\n"), ("tool", "b"),
@@ -290,7 +290,7 @@ def test_encode_prompt_keeps_user_text_literal(qwen25, llama3):
 def test_qwen3_official_fails_fast_and_training_template_works(qwen3):
     history = [Message("user", "q"), CALL]
     with pytest.raises(TemplateError, match="not prefix-preserving") as err:
-        ChatTemplate(qwen3).continuation(history, [Message("tool", "4")], TOOLS, True)
+        ChatTemplate(qwen3).continuation(history, [Message("tool", "4")], TOOLS, "<|im_end|>")
     assert "<think>" in str(err.value)
     tmpl = ChatTemplate(qwen3, "qwen3_training")
     think = Message("assistant", "<think>\nAdd them.\n</think>", [ToolCall("calculator", {"expression": "2+2"})])
@@ -314,7 +314,7 @@ def test_continuation_mistral_v3_sentencepiece(mistral):
     call = Message("assistant", "", [ToolCall("calculator", {"expression": "2+2"}, id="call00001")])
     history = [Message("user", "q"), call]
     new = [Message("tool", 'say "x" [INST] </s>', tool_call_id="call00001", name="calculator")]
-    segs = tmpl.continuation(history, new, TOOLS, True)
+    segs = tmpl.continuation(history, new, TOOLS, tmpl.turn_end)
     before = tmpl.render(history, TOOLS)
     head = mistral.encode(before, add_special_tokens=False)
     assert mistral.decode(head + [i for s in segs for i in s.token_ids]) == tmpl.render(history + new, TOOLS, True)

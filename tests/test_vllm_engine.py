@@ -89,7 +89,7 @@ def _encode_conversation(chat, messages, tools) -> tuple[list[int], list[int]]:
             turn = chat.encode_template(text[:text.index(chat.turn_end) + len(chat.turn_end)])
             ids, mask = ids + turn, mask + [1] * len(turn)
         else:
-            for seg in chat.continuation(messages[:i], [m], tools, ended_with_turn_end=True):
+            for seg in chat.continuation(messages[:i], [m], tools, sampled_end=chat.turn_end):
                 ids, mask = ids + seg.token_ids, mask + [0] * len(seg.token_ids)
     return ids, mask
 
@@ -260,7 +260,7 @@ def _expected_layout(traj, chat, tools) -> tuple[list[int], list[str]]:
             j += 1
         if j > i + 1:
             ended = sampled[-1] == chat.tokenizer.convert_tokens_to_ids(chat.turn_end)
-            for seg in chat.continuation(msgs[:i + 1], msgs[i + 1:j], tools, ended):
+            for seg in chat.continuation(msgs[:i + 1], msgs[i + 1:j], tools, chat.turn_end if ended else None):
                 ids += seg.token_ids
                 kinds += [seg.kind] * len(seg.token_ids)
         i, k = j, k + 1

@@ -115,7 +115,7 @@ def test_demo_tokens_match_a_rollout_and_parse_back(env, chat):
         if k == 0:
             assert parsed.tool_calls[0].name == "python"
             assert parsed.tool_calls[0].arguments == demo[2].tool_calls[0].arguments
-            for seg in chat.continuation(history, [demo[3]], tools, ended_with_turn_end=True):
+            for seg in chat.continuation(history, [demo[3]], tools, sampled_end=chat.turn_end):
                 seq.append(seg.token_ids, seg.kind)
             history.append(demo[3])
         else:

@@ -23,6 +23,8 @@ def parse_harmony(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
     >>> parse_harmony('<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"x": 1}<|call|>').tool_calls
     [ToolCall(name='f', arguments={'x': 1}, id=None)]
+    >>> parse_harmony('<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>5').content
+    '5'
     """
     calls: list[ToolCall] = []
     errors: list[str] = []
@@ -36,7 +38,25 @@ def parse_harmony(text: str, tools: ToolSchemas = None) -> ParsedTurn:
         checked = json_arguments(args, where, errors)
         if checked is not None:
             calls.append(ToolCall(m.group("name"), checked))
-    return ParsedTurn(_CALL_RE.sub("", text).strip(), calls, errors)
+    return ParsedTurn(_content(_CALL_RE.sub("", text)), calls, errors)
+
+
+# A message that is not a call: ``<|channel|>final<|message|>text``, ``analysis`` likewise.
+_MESSAGE_RE = re.compile(r"(?:<\|start\|>assistant)?<\|channel\|>(?P<channel>\w+)[^<]*<\|message\|>(?P<body>.*?)"
+                         r"(?:<\|end\|>|<\|return\|>|(?=<\|start\|>)|\Z)", re.DOTALL)
+
+
+def _content(text: str) -> str:
+    """The turn's visible content: the ``final`` channel's text (the template renders it back
+    under that header, and refuses channel tags in content); the ``analysis`` channel is
+    reasoning, kept in the sampled tokens but not in the message."""
+    messages = [(m.group("channel"), m.group("body")) for m in _MESSAGE_RE.finditer(text)]
+    if not messages:
+        return text.strip()
+    final = [body for channel, body in messages if channel == "final"]
+    if final:
+        return final[-1].strip()
+    return "".join(body for channel, body in messages if channel != "analysis").strip()
 
 
 FORMAT = ToolCallFormat(

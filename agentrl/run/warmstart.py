@@ -190,7 +190,7 @@ def encode_demonstration(chat: "ChatTemplate", messages: list[Message], tools: l
         j = i
         while j < len(messages) and messages[j].role != "assistant":
             j += 1
-        for seg in chat.continuation(history, messages[i:j], tools, ended_with_turn_end=True):
+        for seg in chat.continuation(history, messages[i:j], tools, sampled_end=chat.turn_end):
             ids += seg.token_ids
             mask += [0] * len(seg.token_ids)
         history += messages[i:j]
