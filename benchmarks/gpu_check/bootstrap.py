@@ -15,7 +15,7 @@ packages from other folders (``agentrl.tools`` <- ``tools/``, ``agentrl.envs`` <
 3. hides the modules named in ``hide`` (CI uses it to run the smoke test as the GPU machine
    would see it: without jsonschema, matplotlib, tensorboard, rich, vllm);
 4. stands in for what agentrl needs but the machine may lack, and says so in a note:
-   ``jsonschema`` (imported by ``agentrl.tool`` at module level: a minimal validator from
+   ``jsonschema`` (imported by ``agentrl.toolbox`` at module level: a minimal validator from
    ``jsonschema_lite``), ``matplotlib`` (``Trainer.train`` draws curves after every step: the
    drawing is skipped, see ``skip_plots``).
 """
@@ -108,7 +108,7 @@ def prepare(hide: list[str] | tuple[str, ...] = ()) -> ImportReport:
         from gpu_check import jsonschema_lite
 
         sys.modules["jsonschema"] = jsonschema_lite
-        report.notes.append("jsonschema is missing: agentrl.tool imports it at module level, so "
+        report.notes.append("jsonschema is missing: agentrl.toolbox imports it at module level, so "
                             "benchmarks/gpu_check/jsonschema_lite.py stands in (type, properties, required, "
                             "additionalProperties, enum, items, anyOf: what @tool schemas use)")
     for mod in [m for m in sys.modules if m == "agentrl" or m.startswith("agentrl.")]:

@@ -1,7 +1,7 @@
 """A minimal stand-in for ``jsonschema`` (``Draft202012Validator``, ``ValidationError``).
 
 Only installed by ``bootstrap.prepare`` when the real package is missing (the GPU machine's
-preinstalled list does not have it, and ``agentrl.tool`` imports it at module level). It
+preinstalled list does not have it, and ``agentrl.toolbox`` imports it at module level). It
 covers the keywords that ``agentrl.tool_schema`` generates for ``@tool`` functions: ``type``,
 ``properties``, ``required``, ``additionalProperties``, ``enum``, ``items``, ``anyOf``; any other
 keyword is accepted without checking. Errors carry the attributes ``agentrl.tool_schema`` reads

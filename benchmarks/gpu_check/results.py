@@ -159,7 +159,7 @@ class LogprobData:
     shifted_mean_abs: float = 0.0  # negative control: μ against π_old one token later
 
     def summary(self) -> str:
-        return (f"{self.tokens} tokens, |Δ| mean {self.mean_abs:.2e} max {self.max_abs:.2e} "
+        return (f"{self.tokens} tokens, abs Δ mean {self.mean_abs:.2e} max {self.max_abs:.2e} "
                 f"(tolerance {self.tol_mean:g} / {self.tol_max:g} nats, {self.dtype}); "
                 f"shifted control {self.shifted_mean_abs:.2e}")
 
