@@ -1,6 +1,9 @@
 """agentrl: train tool-using LLM agents with RL from verifiable rewards (GRPO).
 
-The public API, imported lazily so ``import agentrl`` stays cheap::
+The public API is the names below. They are imported on first use, so that ``import
+agentrl`` (and every ``agentrl.x`` submodule import, the sandbox's included) does not load
+torch and transformers; the ``TYPE_CHECKING`` block states the same names as explicit
+imports for editors and type checkers (``tests/test_public_api.py`` keeps the two in step)::
 
     from agentrl import tool, ToolBox, ChatTemplate, HFEngine, RolloutRunner, RolloutConfig, Task
     from agentrl import load_config, train, Trajectory, read_jsonl
@@ -9,13 +12,30 @@ The public API, imported lazily so ``import agentrl`` stays cheap::
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-_EXPORTS = {
+if TYPE_CHECKING:
+    from agentrl.algo.grpo import group_advantages, policy_loss
+    from agentrl.algo.objective import Objective
+    from agentrl.chat import ChatTemplate
+    from agentrl.engines.base import SamplingParams
+    from agentrl.engines.hf import HFEngine
+    from agentrl.env import Environment, Score, final_answer
+    from agentrl.models.tiny import build_tiny_model, ensure_tiny_model
+    from agentrl.rollout import RolloutConfig, RolloutRunner
+    from agentrl.run.config import Config, load_config
+    from agentrl.run.trainer import Trainer, train
+    from agentrl.template_check import check_prefix_preservation
+    from agentrl.toolbox import Tool, ToolBox, ToolContext, ToolResult, tool
+    from agentrl.types import Message, Span, Task, ToolCall, Trajectory, read_jsonl, write_jsonl
+
+# name -> the module that defines it
+_EXPORTS: dict[str, str] = {
     # tools
-    "Tool": "agentrl.tool", "ToolBox": "agentrl.tool",
-    "ToolContext": "agentrl.tool", "ToolResult": "agentrl.tool",
+    "tool": "agentrl.toolbox", "Tool": "agentrl.toolbox", "ToolBox": "agentrl.toolbox",
+    "ToolContext": "agentrl.toolbox", "ToolResult": "agentrl.toolbox",
     # chat templates
     "ChatTemplate": "agentrl.chat", "check_prefix_preservation": "agentrl.template_check",
     # engines and rollout
@@ -30,21 +50,20 @@ _EXPORTS = {
     # training
     "Config": "agentrl.run.config", "load_config": "agentrl.run.config",
     "Trainer": "agentrl.run.trainer", "train": "agentrl.run.trainer",
+    "Objective": "agentrl.algo.objective",
     "group_advantages": "agentrl.algo.grpo", "policy_loss": "agentrl.algo.grpo",
     # models
     "ensure_tiny_model": "agentrl.models.tiny", "build_tiny_model": "agentrl.models.tiny",
 }
 
-__all__ = sorted([*_EXPORTS, "tool"])
-
-# ``agentrl.tool`` is both a submodule and the decorator; bind the decorator eagerly so the
-# submodule import cannot shadow it.
-from agentrl.tool import tool  # noqa: E402
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'agentrl' has no attribute {name!r}")
 
 

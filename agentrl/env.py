@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from agentrl.types import Message, Task
 
 if TYPE_CHECKING:
-    from agentrl.tool import Tool
+    from agentrl.toolbox import Tool
 
 Split = Literal["train", "test"]
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from agentrl.chat import ChatTemplate, Segment
 from agentrl.engines.base import Engine, SamplingParams
 from agentrl.sequence import TokenSequence
-from agentrl.tool import ToolBox, ToolContext, ToolResult
+from agentrl.toolbox import ToolBox, ToolContext, ToolResult
 from agentrl.types import Message, Task, ToolCall, ToolCallRecord, Trajectory
 
 

@@ -23,7 +23,7 @@ from agentrl.engines.hf import HFEngine
 from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig, RolloutRunner
-from agentrl.tool import ToolBox
+from agentrl.toolbox import ToolBox
 from agentrl.run.config import SFTSettings
 from agentrl.run.warmstart import warm_start
 

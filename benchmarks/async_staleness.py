@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentrl.envs.arithmetic import ArithmeticEnv
-from agentrl.tool import Tool, ToolContext
+from agentrl.toolbox import Tool, ToolContext
 
 ROOT = Path(__file__).resolve().parents[1]
 

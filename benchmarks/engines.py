@@ -36,7 +36,7 @@ from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.algo.grpo import token_logprobs
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig, RolloutRunner
-from agentrl.tool import ToolBox
+from agentrl.toolbox import ToolBox
 from agentrl.types import Message
 
 

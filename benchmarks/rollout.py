@@ -39,7 +39,7 @@ from agentrl.engines.hf import HFEngine  # noqa: E402
 from agentrl.envs.arithmetic import ArithmeticEnv  # noqa: E402
 from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
 from agentrl.rollout import RolloutConfig, RolloutRunner  # noqa: E402
-from agentrl.tool import ToolBox, tool  # noqa: E402
+from agentrl.toolbox import ToolBox, tool  # noqa: E402
 from agentrl.types import Message  # noqa: E402
 
 SYSTEM = "Look values up with the lookup tool, then reply <answer>N</answer>."

@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import time
 
-from agentrl.tool import ToolBox
+from agentrl.toolbox import ToolBox
 from agentrl.tools.python import python_tool
 from agentrl.tools.sandbox import LocalExecutor, SandboxConfig
 from agentrl.tools.sandbox.isolation import LEVELS, PYTHON

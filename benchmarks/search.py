@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.envs.search_qa import SearchQAEnv, gold_in_top_k
-from agentrl.tool import ToolBox
+from agentrl.toolbox import ToolBox
 from agentrl.tools.corpus import Document, resolve_corpus, write_jsonl
 from agentrl.tools.search import LocalBackend, search_tool
 from agentrl.tools.search_index import SearchIndex

@@ -119,7 +119,7 @@ class _StatsRecorder:
 def _widen_tool_pool(trainer: Trainer, size: int) -> None:
     """Swap the env's python tool for one whose sandbox pool runs ``size`` calls at once
     (the library default is the CPU count). Same tool otherwise."""
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
     from agentrl.tools.python import python_tool
 
     box = trainer.runner.toolbox

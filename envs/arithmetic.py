@@ -35,7 +35,7 @@ from agentrl.env import Score, Split, final_answer, select_split
 from agentrl.types import Message, Task, ToolCall
 
 if TYPE_CHECKING:
-    from agentrl.tool import Tool
+    from agentrl.toolbox import Tool
 
 # Products and mixed expressions with 3- to 8-digit results: far beyond what a ~1M-parameter
 # model computes in its head, trivial for one line of Python. Every default pattern is 9

@@ -41,7 +41,7 @@ from agentrl.types import Message, Task
 from .code_check import CodeChecker, CodeProblem
 
 if TYPE_CHECKING:
-    from agentrl.tool import Tool
+    from agentrl.toolbox import Tool
 
 SYSTEM_PROMPT = (
     "You write Python functions. You may run code with the python tool to test your function "

@@ -53,7 +53,7 @@ from agentrl.envs.math_check import ANSWER_PATTERN, AnswerChecker, gsm8k_gold, l
 from agentrl.types import Message, Task
 
 if TYPE_CHECKING:
-    from agentrl.tool import Tool
+    from agentrl.toolbox import Tool
 
 BUILTIN = "builtin"
 PROMPT_KEYS = ("question", "problem", "prompt", "input")

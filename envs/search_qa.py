@@ -41,7 +41,7 @@ from agentrl.tools.search_index import STOPWORDS
 from agentrl.types import Message, Task, ToolCall
 
 if TYPE_CHECKING:
-    from agentrl.tool import Tool
+    from agentrl.toolbox import Tool
     from agentrl.tools.search import SearchBackend
 
 SYSTEM_PROMPT = (

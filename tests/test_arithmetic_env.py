@@ -164,7 +164,7 @@ def test_default_families_have_one_width_so_copying_is_one_shift():
 def test_plain_answer_width_and_real_tool_output_match_the_demonstration():
     import asyncio
 
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
 
     for width in (None, 8):
         env = ArithmeticEnv(seed=0, num_train=20, num_test=5, answer_width=width)

@@ -27,7 +27,7 @@ from agentrl.env import Score
 from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.run.producer import (RolloutProducer, describe_async, oldest_allowed_version, resolve_async,
                               split_stale, staleness_metrics, with_lines)
-from agentrl.tool import Tool, ToolContext
+from agentrl.toolbox import Tool, ToolContext
 from agentrl.types import Span, Trajectory, read_jsonl
 from agentrl.scale.weight_sync import WeightSlots
 

@@ -17,7 +17,7 @@ import pytest
 from agentrl.chat import ChatTemplate
 from agentrl.engines.scripted import ScriptedEngine
 from agentrl.rollout import RolloutConfig, RolloutRunner
-from agentrl.tool import ToolBox, tool
+from agentrl.toolbox import ToolBox, tool
 from agentrl.types import Message, Task, ToolCall
 from fixture_paths import QWEN25
 

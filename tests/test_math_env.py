@@ -148,7 +148,7 @@ def test_load_hf_message_names_split_and_config(monkeypatch):
 
 
 def _run_python(env: MathEnv, code: str) -> str:
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
 
     box = ToolBox(env.tools())
     ctx = box.new_context("t")

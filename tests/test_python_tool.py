@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agentrl.tool import ToolBox
+from agentrl.toolbox import ToolBox
 from agentrl.tools.python import python_tool
 from agentrl.tools.sandbox import ExecPool, LocalExecutor, SandboxConfig
 from agentrl.tools.sandbox.capture import OutputCapture, clean

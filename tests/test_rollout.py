@@ -11,7 +11,7 @@ import pytest
 from agentrl.chat import ChatTemplate, encode_literal
 from agentrl.engines.scripted import ScriptedEngine
 from agentrl.rollout import RolloutConfig, RolloutRunner
-from agentrl.tool import ToolBox, tool
+from agentrl.toolbox import ToolBox, tool
 from agentrl.types import Task, Trajectory
 from fixture_paths import QWEN25, TEMPLATES
 

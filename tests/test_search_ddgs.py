@@ -194,7 +194,7 @@ def black_hole():
 
 def test_no_network_gives_a_clear_observation_within_the_timeout():
     pytest.importorskip("ddgs")
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
     from agentrl.tools.search import search_tool
 
     tool = search_tool("ddgs", timeout=3.0, backoff=0.1, proxy=f"http://127.0.0.1:{_refusing_port()}")

@@ -17,7 +17,7 @@ from agentrl.envs.search_qa import (
     masked_clue,
     normalize_answer,
 )
-from agentrl.tool import ToolBox
+from agentrl.toolbox import ToolBox
 from agentrl.tools.corpus import Document
 from agentrl.types import Message, ToolCall
 

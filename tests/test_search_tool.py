@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agentrl.tool import ToolBox
+from agentrl.toolbox import ToolBox
 from agentrl.tools.corpus import Document, SearchHit
 from agentrl.tools.search import (
     EMPTY_QUERY,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pytest
 
-from agentrl.tool import ToolBox, ToolContext, ToolResult, tool
+from agentrl.toolbox import ToolBox, ToolContext, ToolResult, tool
 
 
 def run(coro: Any) -> Any:
@@ -265,7 +265,7 @@ def test_close_runs_cleanups_lifo_and_swallows_errors(caplog: pytest.LogCaptureF
     ctx.on_close(lambda: ran.append("first"))
     ctx.on_close(failing)
     ctx.on_close(async_cleanup)
-    with caplog.at_level(logging.WARNING, logger="agentrl.tool"):
+    with caplog.at_level(logging.WARNING, logger="agentrl.toolbox"):
         run(box.close(ctx))
     assert ran == ["async", "failing", "first"]
     assert "traj-7" in caplog.text and "disk gone" in caplog.text
@@ -273,7 +273,7 @@ def test_close_runs_cleanups_lifo_and_swallows_errors(caplog: pytest.LogCaptureF
     assert ran == ["async", "failing", "first"]
 
 
-@pytest.mark.parametrize("module", ["agentrl.tool", "agentrl.tool_schema", "agentrl.tool_output"])
+@pytest.mark.parametrize("module", ["agentrl.toolbox", "agentrl.tool_schema", "agentrl.tool_output"])
 def test_documented_examples_run(module: str) -> None:
     import doctest
     import importlib

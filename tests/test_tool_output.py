@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentrl.tool import ToolBox, ToolContext, cap_tokens, tool
+from agentrl.toolbox import ToolBox, ToolContext, cap_tokens, tool
 from fixture_paths import QWEN25 as QWEN
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import pytest
 
-from agentrl.tool import Tool, ToolBox, ToolContext, tool
+from agentrl.toolbox import Tool, ToolBox, ToolContext, tool
 from agentrl.tool_schema import parse_docstring
 
 

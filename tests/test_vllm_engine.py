@@ -60,7 +60,7 @@ class Setup:
 
 
 def _add_tool():
-    from agentrl.tool import tool
+    from agentrl.toolbox import tool
 
     @tool
     def add(a: int, b: int) -> int:
@@ -280,7 +280,7 @@ def _check_trajectory(traj, chat, tools) -> None:
 
 def _runner(s: Setup, temperature: float):
     from agentrl.rollout import RolloutConfig, RolloutRunner
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
 
     box = ToolBox([_add_tool()], tokenizer=s.tokenizer, max_output_tokens=64)
     return RolloutRunner(s.engine, s.chat, box, RolloutConfig(max_turns=3, max_new_tokens=48, max_total_tokens=512,

@@ -17,7 +17,7 @@ code is isolated; the trainer logs it once.
 Example::
 
     import asyncio
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
     from agentrl.tools.python import python_tool
 
     box = ToolBox([python_tool(timeout=5)])   # or ToolBox([python_tool()], default_timeout=5)
@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agentrl.tool import Tool, ToolContext
+from agentrl.toolbox import Tool, ToolContext
 
 from .sandbox.config import IsolationRequest, SandboxConfig
 from .sandbox.local import LocalExecutor

@@ -14,7 +14,7 @@ documents are capped in characters (the ToolBox caps the whole observation in to
 Example::
 
     import asyncio
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
     from agentrl.tools.search import search_tools
 
     box = ToolBox(search_tools("local", corpus="mini_wiki"))
@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentrl.tool import Tool, tool
+from agentrl.toolbox import Tool, tool
 from agentrl.tools.corpus import Corpus, Document, SearchHit, SearchUnavailable, resolve_corpus
 from agentrl.tools.search_index import clamp_top_k, open_cached_index
 

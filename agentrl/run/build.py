@@ -109,7 +109,7 @@ class Runtime:
     tokenizer: object
     engine: object  # agentrl.engines.base.Engine
     chat: object  # agentrl.chat.ChatTemplate
-    toolbox: object  # agentrl.tool.ToolBox
+    toolbox: object  # agentrl.toolbox.ToolBox
     runner: object  # agentrl.rollout.RolloutRunner
     sampler: torch.nn.Module | None = None  # the HF engine's own full-weight copy (FSDP runs)
 
@@ -131,7 +131,7 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     """
     from agentrl.chat import ChatTemplate
     from agentrl.rollout import RolloutRunner
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
 
     device = device or cfg.model.device
     sampler = None

@@ -385,7 +385,7 @@ def warm_start(base_model_dir: str | Path, env: "Environment", settings: SFTSett
     from agentrl.chat import ChatTemplate
     from agentrl.models.tiny import default_cache_dir
     from agentrl.run.checkpoint import save_hf
-    from agentrl.tool import ToolBox
+    from agentrl.toolbox import ToolBox
 
     base = Path(base_model_dir)
     if not (base / "config.json").exists():

@@ -13,7 +13,7 @@ the ToolBox default, never from the model's arguments.
 Example::
 
     import asyncio
-    from agentrl.tool import ToolBox, tool
+    from agentrl.toolbox import ToolBox, tool
 
     @tool
     def add(a: int, b: int) -> int:
