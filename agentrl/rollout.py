@@ -249,6 +249,5 @@ class RolloutRunner:
             sample_index=a.sample_index,
             finish_reason=a.finish_reason or "stop",
             policy_version=getattr(self.engine, "policy_version", 0),
-            metadata={"task_id": a.task.id, "family": a.task.family, "turns": a.turns,
-                      "void_turns": a.void_turns},
+            task_id=a.task.id, family=a.task.family, turns=a.turns, void_turns=a.void_turns,
         )

@@ -133,7 +133,14 @@ class Trajectory:
     sample_index: int = 0
     finish_reason: str = "stop"
     policy_version: int = 0
-    metadata: dict[str, Any] = field(default_factory=dict)
+    task_id: str = ""  # the Task it attempts
+    family: str = ""  # the task's family (per-family accuracy)
+    turns: int = 0  # model turns sampled
+    void_turns: int = 0  # turns with neither a tool call nor an answer (SimpleTIR's filter)
+    score: dict[str, Any] = field(default_factory=dict)  # the checker's explanation (Score.info)
+    filtered: bool = False  # an objective filter kept it out of the loss
+    staleness: int | None = None  # policy versions between its sampler and the update (async runs)
+    metadata: dict[str, Any] = field(default_factory=dict)  # anything else a caller attaches
     old_logprobs: list[float] | None = None  # trainer's π_old per token, 0.0 where mask 0
 
     @property
@@ -156,23 +163,35 @@ class Trajectory:
 
     @staticmethod
     def from_json(line: str | dict[str, Any]) -> "Trajectory":
+        """One JSONL line (or its decoded dict). Files written before the bookkeeping fields
+        were typed carry them under ``metadata``: they are read from there."""
         d = json.loads(line) if isinstance(line, str) else dict(line)
+        meta = dict(d.get("metadata") or {})
+        legacy = {k: meta.pop(k) for k in _TYPED_BOOKKEEPING if k in meta and k not in d}
+        d = {**legacy, **d}
         return Trajectory(
-            token_ids=list(d["token_ids"]),
+            token_ids=[int(x) for x in d["token_ids"]],
             prompt_len=int(d["prompt_len"]),
-            loss_mask=list(d["loss_mask"]),
+            loss_mask=[int(x) for x in d["loss_mask"]],
             logprobs=[float(x) for x in d["logprobs"]],
-            spans=[Span(**s) for s in d["spans"]],
+            spans=[Span(int(s["start"]), int(s["end"]), str(s["kind"])) for s in d["spans"]],
             messages=[Message.from_chat(m) for m in d["messages"]],
             tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
-            reward=d.get("reward"),
-            advantage=d.get("advantage"),
-            group_id=d.get("group_id", ""),
+            reward=None if d.get("reward") is None else float(d["reward"]),
+            advantage=None if d.get("advantage") is None else float(d["advantage"]),
+            group_id=str(d.get("group_id", "")),
             sample_index=int(d.get("sample_index", 0)),
-            finish_reason=d.get("finish_reason", "stop"),
+            finish_reason=str(d.get("finish_reason", "stop")),
             policy_version=int(d.get("policy_version", 0)),
-            metadata=d.get("metadata", {}),
-            old_logprobs=d.get("old_logprobs"),
+            task_id=str(d.get("task_id", "")),
+            family=str(d.get("family", "")),
+            turns=int(d.get("turns", 0)),
+            void_turns=int(d.get("void_turns", 0)),
+            score=dict(d.get("score") or {}),
+            filtered=bool(d.get("filtered", False)),
+            staleness=None if d.get("staleness") is None else int(d["staleness"]),
+            metadata=meta,
+            old_logprobs=None if d.get("old_logprobs") is None else [float(x) for x in d["old_logprobs"]],
         )
 
     def check(self) -> None:
@@ -203,8 +222,10 @@ class Trajectory:
             raise ValueError(f"unknown finish_reason {self.finish_reason!r}")
 
 
+# Bookkeeping that older files kept under ``metadata`` (read from there by from_json).
+_TYPED_BOOKKEEPING = ("task_id", "family", "turns", "void_turns", "score", "filtered", "staleness")
 _TRAJ_SCALARS = ("token_ids", "prompt_len", "loss_mask", "logprobs", "reward", "advantage", "group_id",
-                 "sample_index", "finish_reason", "policy_version", "metadata")
+                 "sample_index", "finish_reason", "policy_version", *_TYPED_BOOKKEEPING, "metadata")
 
 
 def write_jsonl(path: str, trajectories: list[Trajectory], append: bool = False) -> None:

@@ -26,7 +26,7 @@ Answer format: the last assistant turn gives the answer in ``<answer>...</answer
 :mod:`agentrl.envs.math_check` (numbers with commas/units/percent, fractions vs decimals,
 LaTeX via math-verify), and the decision is explained in ``Score.info`` (``extracted``,
 ``gold``, ``method``, ``reason``), which the trainer stores in each trajectory's
-``metadata["score"]``. An answer that appears only in a tool result scores 0.
+the trajectory's ``score``. An answer that appears only in a tool result scores 0.
 
 Example::
 

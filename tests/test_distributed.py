@@ -58,7 +58,7 @@ def fixed_batch(num_groups: int = 3, G: int = 4, seed: int = 0) -> list[Trajecto
                 spans.append(Span(start, len(ids), kind))
             out.append(Trajectory(token_ids=ids, prompt_len=len(prompt), loss_mask=mask, logprobs=lps, spans=spans,
                                   messages=[], reward=rewards[i], group_id=f"g{g}", sample_index=i,
-                                  metadata={"task_id": f"t{g}"}))
+                                  task_id=f"t{g}"))
     return out
 
 

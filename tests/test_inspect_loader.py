@@ -116,3 +116,23 @@ def test_sources_order_and_steps(tmp_path):
     assert [f.path.name for f in src.files] == ["step_000002.jsonl", "step_000010.jsonl", "extra.jsonl"]
     assert src.config is not None and src.metrics is None and src.is_run_dir
     assert step_of(Path("rollouts_step-7.jsonl")) == 7 and step_of(Path("eval.jsonl")) is None
+
+
+def test_files_written_before_typed_bookkeeping_still_load(tmp_path):
+    """Lines whose task id, turns, score... sit under ``metadata`` (older runs) read into the typed fields."""
+    import json
+
+    from agentrl.types import Trajectory
+
+    ex = known_example().trajectory
+    d = json.loads(ex.to_json())
+    for k in ("task_id", "family", "turns", "void_turns", "score", "filtered", "staleness"):
+        d.pop(k)
+    d["metadata"] = {"task_id": "t7", "family": "mul", "turns": 3, "void_turns": 1, "score": {"method": "numeric"},
+                     "filtered": True, "staleness": 2, "step": 4}
+    t = Trajectory.from_json(json.dumps(d))
+    assert (t.task_id, t.family, t.turns, t.void_turns, t.filtered, t.staleness) == ("t7", "mul", 3, 1, True, 2)
+    assert t.score == {"method": "numeric"} and t.metadata == {"step": 4}
+    back = json.loads(t.to_json())
+    assert back["task_id"] == "t7" and back["metadata"] == {"step": 4}  # written typed from now on
+    assert Trajectory.from_json(t.to_json()) == t

@@ -240,4 +240,4 @@ def test_two_step_cpu_run_reports_void_turn_filtering(tmp_path):
     trajs = [json.loads(x) for x in (run / "rollouts" / "step_000002.jsonl").read_text().splitlines()]
     assert len(trajs) == n
     for t in trajs:  # every trajectory carries the checker's explanation
-        assert {"extracted", "gold", "method", "reason"} <= set(t["metadata"]["score"])
+        assert {"extracted", "gold", "method", "reason"} <= set(t["score"])

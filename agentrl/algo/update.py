@@ -104,7 +104,7 @@ def compute_advantages(trajs: list[Trajectory], objective: Objective) -> tuple[G
     adv = objective.advantages(rewards, [t.group_id for t in trajs])
     for t, a in zip(trajs, adv.advantages.tolist()):
         t.advantage = float(a)
-    filt = objective.select(adv, [t.finish_reason for t in trajs], [t.metadata.get("void_turns", 0) > 0 for t in trajs])
+    filt = objective.select(adv, [t.finish_reason for t in trajs], [t.void_turns > 0 for t in trajs])
     return adv, filt
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.inspect.sources import RolloutFile
-from agentrl.types import Message, Span, ToolCallRecord, Trajectory
+from agentrl.types import Span, Trajectory
 
 # Fields every line written by Trajectory.to_json carries (old_logprobs is optional).
 EXPECTED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Trajectory) if f.name != "old_logprobs")
@@ -85,31 +85,13 @@ def parse_trajectory(d: dict[str, Any]) -> tuple[Trajectory, list[str]]:
     missing = [k for k in EXPECTED_FIELDS if k not in d]
     if missing:
         notes.append("missing field" + ("s " if len(missing) > 1 else " ") + ", ".join(missing))
-    ids = [int(x) for x in d["token_ids"]]
-    n = len(ids)
-    mask = [int(x) for x in d.get("loss_mask", [0] * n)]
-    prompt_len = int(d.get("prompt_len", 0))
+    n = len(d["token_ids"])
     raw_spans = d.get("spans")
-    spans = [Span(int(s["start"]), int(s["end"]), str(s["kind"])) for s in raw_spans] if raw_spans is not None \
-        else _derived_spans(mask, prompt_len)
-    old = d.get("old_logprobs")
-    t = Trajectory(
-        token_ids=ids,
-        prompt_len=prompt_len,
-        loss_mask=mask,
-        logprobs=[float(x) for x in d.get("logprobs", [0.0] * n)],
-        spans=spans,
-        messages=[Message.from_chat(m) for m in d.get("messages", [])],
-        tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
-        reward=None if d.get("reward") is None else float(d["reward"]),
-        advantage=None if d.get("advantage") is None else float(d["advantage"]),
-        group_id=str(d.get("group_id", "")),
-        sample_index=int(d.get("sample_index", 0)),
-        finish_reason=str(d.get("finish_reason", "stop")),
-        policy_version=int(d.get("policy_version", 0)),
-        metadata=dict(d.get("metadata") or {}),
-        old_logprobs=None if old is None else [float(x) for x in old],
-    )
+    filled = {"loss_mask": [0] * n, "logprobs": [0.0] * n, "prompt_len": 0, "messages": [], **d}
+    if raw_spans is None:
+        filled["spans"] = [vars(s) for s in _derived_spans([int(x) for x in filled["loss_mask"]],
+                                                           int(filled["prompt_len"]))]
+    t = Trajectory.from_json(filled)
     if raw_spans is None:
         return t, notes  # derived spans use kind "unknown": check() would only repeat "missing spans"
     try:

@@ -27,19 +27,19 @@ class EvalResult:
 
 
 def score_all(env, tasks_by_id: dict[str, Task], trajs: list[Trajectory]) -> None:
-    """Fill ``reward`` (and the checker's info under ``metadata['score']``) in place."""
+    """Fill ``reward`` (and the checker's explanation, ``score``) in place."""
     for t in trajs:
-        task = tasks_by_id[t.metadata["task_id"]]
+        task = tasks_by_id[t.task_id]
         s = env.score(task, t.messages)
         t.reward = float(s.reward)
-        t.metadata["score"] = dict(s.info)
+        t.score = dict(s.info)
 
 
 def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalResult:
     """Mean reward of scored trajectories, overall and per task family."""
     fam: dict[str, list[float]] = defaultdict(list)
     for t in trajs:
-        fam[tasks_by_id[t.metadata["task_id"]].family].append(t.reward or 0.0)
+        fam[tasks_by_id[t.task_id].family].append(t.reward or 0.0)
     acc = sum(t.reward or 0.0 for t in trajs) / max(1, len(trajs))
     return EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
 

@@ -68,11 +68,15 @@ def truncate_metrics(path: Path, last_step: int) -> None:
 
 
 def plot_curves(metrics_path: Path, out_png: Path, title: str = "") -> Path | None:
-    """Reward (train) and held-out accuracy against step, as one PNG."""
+    """Reward (train) and held-out accuracy against step, as one PNG (None without matplotlib:
+    the plot is a view of metrics.jsonl, never a reason for a run to fail)."""
     rows = read_metrics(metrics_path)
     if not rows:
         return None
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -79,7 +79,7 @@ class StalenessSplit:
 def split_stale(trajs: list[Trajectory], trainer_version: int, max_staleness: int) -> StalenessSplit:
     """Keep trajectories with ``staleness = trainer_version - policy_version <= max_staleness``.
 
-    Each kept trajectory gets ``metadata["staleness"]`` (shown by the rollout files). A
+    Each kept trajectory gets its ``staleness`` (shown by the rollout files). A
     trajectory from a *newer* version than the trainer's is a bookkeeping error and raises.
 
     >>> from agentrl.types import Span, Trajectory
@@ -98,7 +98,7 @@ def split_stale(trajs: list[Trajectory], trainer_version: int, max_staleness: in
         if s > max_staleness:
             dropped += 1
             continue
-        t.metadata["staleness"] = s
+        t.staleness = s
         kept.append(t)
         stale.append(s)
     return StalenessSplit(kept, stale, dropped)

@@ -254,11 +254,11 @@ class Trainer:
             "groups/zero_variance_frac": zero_var / max(1, n_groups),
             "groups/with_signal": float(n_groups - zero_var),
             "tools/calls_per_traj": calls / n, "tools/error_rate": errors / max(1, calls),
-            "turns/mean": sum(t.metadata.get("turns", 0) for t in trajs) / n,
+            "turns/mean": sum(t.turns for t in trajs) / n,
             "finish/length_frac": sum(t.finish_reason == "length" for t in trajs) / n,
             "finish/max_turns_frac": sum(t.finish_reason == "max_turns" for t in trajs) / n,
             "response/len_mean": sum(t.num_model_tokens for t in trajs) / n,
-            "void_turns/frac": sum(t.metadata.get("void_turns", 0) > 0 for t in trajs) / n,
+            "void_turns/frac": sum(t.void_turns > 0 for t in trajs) / n,
             "filter/dropped_zero_variance": float(shard.dropped_zero_variance),
             "filter/masked_truncated": float(shard.masked_truncated),
             "filter/dropped_void": float(shard.dropped_void),
@@ -285,7 +285,7 @@ class Trainer:
         keep = filt.keep.tolist()
         for t, k in zip(trajs, keep):
             if not k:
-                t.metadata["filtered"] = True
+                t.filtered = True
         t1 = time.perf_counter()
         st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
                          self.update_settings, ref_model=self.ref_model)
