@@ -116,14 +116,15 @@ class _StatsRecorder:
         return batch
 
 
-def _widen_tool_pool(trainer: Trainer, size: int) -> None:
+def _swap_tool(trainer: Trainer, size: int | None, fork_server: bool) -> None:
     """Swap the env's python tool for one whose sandbox pool runs ``size`` calls at once
-    (the library default is the CPU count). Same tool otherwise."""
+    (None: the library default) and that forks fresh calls from warm servers or not. Same
+    tool otherwise."""
     from agentrl.toolbox import ToolBox
     from agentrl.tools.python import python_tool
 
     box = trainer.runner.toolbox
-    tool = python_tool(mode="fresh", max_concurrency=size)  # the time limit: the ToolBox's default
+    tool = python_tool(mode="fresh", max_concurrency=size, fork_server=fork_server)  # the time limit: the ToolBox's default
     trainer.runner.toolbox = ToolBox([tool], tokenizer=box.tokenizer, default_timeout=box.default_timeout,
                                      max_output_tokens=box.max_output_tokens)
 
@@ -131,8 +132,8 @@ def _widen_tool_pool(trainer: Trainer, size: int) -> None:
 def run_agentrl(args, out_dir: str) -> tuple[AgentrlResult, Trainer]:
     cfg = build_config(args, out_dir)
     trainer = Trainer(cfg, log=lambda *_: None)
-    if args.tool_concurrency:
-        _widen_tool_pool(trainer, args.tool_concurrency)
+    if args.tool_concurrency or args.no_fork_server:
+        _swap_tool(trainer, args.tool_concurrency or None, fork_server=not args.no_fork_server)
     if args.policy == "scripted":
         script = arithmetic_script(trainer.tokenizer, args.tool_turns, args.turn_tokens)
         trainer.runner.engine = ScriptedTurnsEngine(trainer.engine, script)
@@ -210,7 +211,9 @@ def print_agentrl(res: AgentrlResult, args) -> None:
     print(f"  {med('step_s'):>7.2f} {med('rollout_s'):>10.2f} {med('generate_s'):>11.2f} {med('tools_s'):>8.2f} "
           f"{other:>8.2f} {med('update_s'):>9.2f} {med('sampled_tokens'):>12.0f} {med('sequence_tokens'):>8.0f} "
           f"{res.peak_rss_mb:>12.0f}")
-    print(f"  tool calls per trajectory {res.tool_calls_per_traj:.2f}; reward mean {res.reward_mean:.2f}")
+    print(f"  tool calls per trajectory {res.tool_calls_per_traj:.2f}; reward mean {res.reward_mean:.2f}; "
+          f"tools {100 * med('tools_s') / med('step_s'):.0f}% of the step "
+          f"({'one interpreter per call' if args.no_fork_server else 'fork server where available'})")
 
 
 def agentrl_side(args, work: Path) -> None:
@@ -238,6 +241,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     ap.add_argument("--tool-concurrency", type=int, default=0,
                     help="python sandbox pool size (0 = the library default, the CPU count)")
+    ap.add_argument("--no-fork-server", action="store_true",
+                    help="fresh python-tool calls start one interpreter each (fork_server=False), as before the fork server")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra agentrl config override, e.g. --set train.micro_batch_tokens=40000")
     ap.add_argument("--compare-trl", metavar="PYTHON", help="interpreter of a virtualenv with TRL installed")

@@ -103,6 +103,21 @@ def test_memory_limit_applies(ex: LocalExecutor) -> None:
     assert int(out) == CFG.memory_mb
 
 
+def test_one_interpreter_per_call_switch_keeps_the_observations(ex: LocalExecutor) -> None:
+    """``fork_server=False``: a new interpreter per fresh call, same observations and limits."""
+    per_call = LocalExecutor(dataclasses.replace(ex.config, fork_server=False))
+    assert not per_call.uses_fork_server and per_call.isolation_level == ex.isolation_level
+    for code in ("print(6 * 7)", "x = 3\nx * 2", "def f():\n    return 1 / 0\nf()", "exit(3)",
+                 "import os; print(sorted(os.environ))",
+                 "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)"):
+        a, b = ex.run(code), per_call.run(code)
+        assert (a.output, a.exit_code) == (b.output, b.exit_code), code
+    uid = int(per_call.run("import os; print(os.getuid())").output)
+    assert uid != 0 or os.geteuid() != 0
+    r = per_call.run("while True: pass")
+    assert r.timed_out and "time limit" in r.observation()
+
+
 # --- capture --------------------------------------------------------------------------------------
 
 

@@ -7,7 +7,10 @@ Network cases only ever target 127.0.0.1 (a listener this test starts) or a DNS 
 inside the sandbox; nothing here contacts an outside address.
 
 Cases that need namespaces (bubblewrap or unshare) or uid separation (started as root) skip
-where the isolation level does not provide them.
+where the isolation level does not provide them. Each case runs at each level both through
+the warm fork server (the default in fresh mode, as root) and with one interpreter per call
+(``fork_server=False``); cases aimed at the fork server itself are in
+``test_sandbox_forkserver.py``.
 """
 
 from __future__ import annotations
@@ -96,13 +99,14 @@ def wait_no_sandbox_pids(token: str | None = None, grace_s: float = 2.0) -> list
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="module", params=["bwrap", "unshare"])
+@pytest.fixture(scope="module", params=["bwrap", "unshare", "bwrap-percall", "unshare-percall"])
 def host(request: pytest.FixtureRequest) -> Iterator[Host]:
     os.environ["AGENTRL_TEST_SECRET"] = SECRET  # set before the sandbox starts: it must not inherit it
+    level, _, percall = request.param.partition("-")
     try:
-        ex = LocalExecutor(dataclasses.replace(CFG, isolation=request.param))
+        ex = LocalExecutor(dataclasses.replace(CFG, isolation=level, fork_server=not percall))
     except RuntimeError as exc:
-        pytest.skip(f"isolation level {request.param} not available here: {exc}")
+        pytest.skip(f"isolation level {level} not available here: {exc}")
     canary = Path(tempfile.mkdtemp(prefix="agentrl-canary-"))
     os.chmod(canary, 0o777)  # world-writable: only the sandbox's file-system isolation protects it
     (canary / "canary.txt").write_text("untouched")
@@ -117,6 +121,8 @@ def host(request: pytest.FixtureRequest) -> Iterator[Host]:
     sentinel.kill()
     sentinel.wait()
     lst.close()
+    ex.close()
+    shutil.rmtree(canary, ignore_errors=True)
     os.environ.pop("AGENTRL_TEST_SECRET", None)
 
 

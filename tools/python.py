@@ -72,6 +72,7 @@ def python_tool(
     isolation: IsolationRequest | None = None,
     site_packages: bool | None = None,
     max_concurrency: int | None = None,
+    fork_server: bool | None = None,
     config: SandboxConfig | None = None,
     e2b_template: str | None = None,
 ) -> PythonTool:
@@ -86,6 +87,10 @@ def python_tool(
     with neither (as the built-in environments build it) takes the ToolBox's limit, and its
     description shows that limit.
 
+    ``fork_server=False`` starts one interpreter per fresh-mode call instead of forking it from
+    a warm server inside the sandbox (the default where the trainer is root; see
+    :mod:`agentrl.tools.sandbox.forkserver`).
+
     ``site_packages=True`` lets the code import the packages installed next to agentrl (numpy...);
     it costs startup time in fresh mode. Raises at construction when the backend cannot work
     here (no isolation level available, no E2B key), so a run fails before training starts.
@@ -96,9 +101,9 @@ def python_tool(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     settings = dict(backend=backend, mode=mode, timeout=timeout, max_output_chars=max_output_chars,
                     memory_mb=memory_mb, isolation=isolation, site_packages=site_packages,
-                    max_concurrency=max_concurrency, config=config, e2b_template=e2b_template)
+                    max_concurrency=max_concurrency, fork_server=fork_server, config=config, e2b_template=e2b_template)
     overrides = {k: v for k, v in settings.items()
-                 if k in ("timeout", "max_output_chars", "memory_mb", "isolation", "site_packages", "max_concurrency")
+                 if k in ("timeout", "max_output_chars", "memory_mb", "isolation", "site_packages", "max_concurrency", "fork_server")
                  and v is not None}
     cfg = dataclasses.replace(config or SandboxConfig(), **overrides)
     # Whether the limit was chosen here (then it wins over the ToolBox's default) or inherited.

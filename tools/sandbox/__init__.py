@@ -1,9 +1,12 @@
 """Sandboxed execution of untrusted Python code (the engine behind the ``python`` tool and the
 code checker).
 
-- :class:`LocalExecutor` runs code in a fresh interpreter per call, or in a per-trajectory
+- :class:`LocalExecutor` runs code in a fresh process per call, or in a per-trajectory
   :class:`StatefulWorker`, isolated as strongly as the host allows (``isolation_level``:
-  ``bwrap`` > ``unshare`` > ``rlimits``), with limits from :class:`SandboxConfig`.
+  ``bwrap`` > ``unshare`` > ``rlimits``), with limits from :class:`SandboxConfig`. As root a
+  fresh call is a child forked from a warm server already inside the sandbox
+  (:mod:`.forkpool`, :mod:`.forkserver`, :mod:`.serve`); ``fork_server=False`` (or not root)
+  starts one interpreter per call.
 - :class:`ExecPool` bounds how many runs execute at once.
 - :mod:`.e2b` runs code in E2B cloud sandboxes instead (optional extra).
 

@@ -42,7 +42,7 @@ PRELOAD = (
     "array", "pprint", "traceback", "linecache", "ast", "resource", "tempfile", "subprocess",
     "threading", "atexit", "unicodedata", "csv", "difflib", "uuid", "contextlib", "abc",
 )
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, MNT_DETACH = 38, 36, 2
 _libc = None
@@ -62,10 +62,49 @@ def _mount(src, target, fstype, flags, data):
     _sys("mount", enc(src), enc(target), enc(fstype), flags, enc(data))
 
 
+# Kernel keyrings outlive processes and are per uid: a key a call adds to its user keyring
+# would be there for a later call that leases the same uid. The code's process may not use
+# them (a seccomp filter, as container runtimes do): {machine: (audit arch, add_key,
+# request_key, keyctl)}. Any other ABI on the same kernel (i386, x32) is refused whole.
+_KEYRING_SYSCALLS = {"x86_64": (0xC000003E, 248, 249, 250), "aarch64": (0xC00000B7, 217, 218, 219)}
+_filter = None
+
+
+def build_filter():
+    """The seccomp program (kept alive in the server; every child installs the same one)."""
+    import ctypes
+
+    machine = os.uname().machine
+    if machine not in _KEYRING_SYSCALLS:
+        return None
+    arch, add_key, request_key, keyctl = _KEYRING_SYSCALLS[machine]
+
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    code = [(ld, 0, 0, 4), (jeq, 0, 6, arch), (ld, 0, 0, 0), (jge, 4, 0, 0x40000000),
+            (jeq, 3, 0, add_key), (jeq, 2, 0, request_key), (jeq, 1, 0, keyctl), (ret, 0, 0, allow), (ret, 0, 0, deny)]
+    insns = (Insn * len(code))(*[Insn(*c) for c in code])
+    return insns, Prog(len(code), ctypes.cast(insns, ctypes.POINTER(Insn)))
+
+
+def install_filter():
+    if _filter is not None:
+        import ctypes
+
+        _sys("prctl", 22, 2, ctypes.byref(_filter[1]), 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
 def private_mounts(disk_bytes, keep):
-    """A fresh ``/tmp`` and ``/dev/shm`` for this call only. Paths of the Python installation
-    that live under /tmp are bound back read-only."""
-    _sys("unshare", CLONE_NEWNS)
+    """A fresh ``/tmp`` and ``/dev/shm`` for this call only, and its own System V IPC and
+    POSIX message queues (all of them vanish with the call's last process). Paths of the
+    Python installation that live under /tmp are bound back read-only."""
+    _sys("unshare", CLONE_NEWNS | CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing mounted here reaches the server
     opts = "size=%d,mode=1777" % disk_bytes
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts)
@@ -102,6 +141,7 @@ def code_process(fds, uid, workdir, limits, mounts):
         if workdir:
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
         set_limits(limits + ("" if uid < 0 else ",UID=%d" % uid))  # noqa: F821 - from child.py
+        install_filter()
         import sys
 
         sys.argv[:] = ["-c"]
@@ -213,12 +253,13 @@ def kill_uid_from_inside(uid):
 
 def serve(sock_fd, namespaces, disk_bytes, keep):
     """Preimport, then run one call at a time until the trainer closes the socket."""
-    global _libc
+    global _libc, _filter
     import ctypes
     import gc
     import importlib
 
     _libc = ctypes.CDLL(None, use_errno=True)
+    _filter = build_filter()
     for name in ("mount", "umount2", "unshare", "prctl"):  # resolved once, not in every child
         getattr(_libc, name)
     _sys("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
