@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from agentrl.types import Message, Task
 
@@ -71,6 +71,24 @@ class Environment(Protocol):
     def score(self, task: Task, messages: list[Message]) -> Score:
         """Score a finished conversation, reading only assistant-written text."""
         ...
+
+
+@runtime_checkable
+class HasDemonstrations(Protocol):
+    """An environment that can write correct worked conversations: what the SFT warm start
+    (``warmstart.enabled``) trains on."""
+
+    def demonstrations(self, n: int, seed: int) -> list[list[Message]]:
+        """``n`` conversations (system, user, assistant tool calls, tool results, answer)."""
+        ...
+
+
+@runtime_checkable
+class HasAnswerPattern(Protocol):
+    """An environment whose answers have a marker: a turn without a tool call that does not
+    match ``answer_pattern`` (a regex) is a void turn (``rollout.answer_pattern`` defaults to it)."""
+
+    answer_pattern: str
 
 
 def select_split(splits: dict[str, list[Task]], split: str) -> list[Task]:

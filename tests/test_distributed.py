@@ -143,7 +143,7 @@ def _objective_and_settings(cfg, pad_id):
 
 def _update(model, trajs, cfg, ref=None):
     from agentrl.algo.update import compute_advantages, grpo_update
-    from agentrl.run.trainer import build_optimizer
+    from agentrl.run.optim import build_optimizer
 
     opt, sched = build_optimizer(cfg, model)
     objective, settings = _objective_and_settings(cfg, pad_id=0)
@@ -158,7 +158,7 @@ def test_lora_trains_only_adapters_and_reference_is_the_base(tiny, tmp_path):
     from agentrl.run.checkpoint import TrainState, latest_checkpoint
     from agentrl.scale.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
     from agentrl.scale.parallel import AdapterDisabledReference, prepare_policy
-    from agentrl.run.trainer import build_optimizer
+    from agentrl.run.optim import build_optimizer
     from agentrl.scale.weight_sync import WeightSync, export_weights
 
     cfg = load_config(None, OVERRIDES + ["lora.enabled=true", "lora.r=4", "lora.alpha=8.0", "optim.lr=1.0e-2"])
@@ -215,7 +215,7 @@ def test_lora_trains_only_adapters_and_reference_is_the_base(tiny, tmp_path):
 
 
 def _plain_with_optim(tiny, cfg):
-    from agentrl.run.trainer import build_optimizer
+    from agentrl.run.optim import build_optimizer
 
     model = tiny()[0]
     return (model, *build_optimizer(cfg, model))
@@ -241,8 +241,8 @@ def test_grad_checkpointing_gives_the_same_gradient(tiny):
 def test_single_process_checkpoint_resumes_in_sharded_layout(tiny, tmp_path):
     """The optimizer of a plain checkpoint (keyed by position) is re-keyed by parameter name."""
     from agentrl.run.checkpoint import TrainState, latest_checkpoint, save_checkpoint
-    from agentrl.scale.checkpoint_dcp import load_legacy_optimizer
-    from agentrl.run.trainer import build_optimizer
+    from agentrl.scale.checkpoint_dcp import load_unsharded_into_sharded
+    from agentrl.run.optim import build_optimizer
 
     cfg = load_config(None, OVERRIDES + ["algo.kl_coef=0.0"])
     model, tok = tiny()
@@ -250,7 +250,7 @@ def test_single_process_checkpoint_resumes_in_sharded_layout(tiny, tmp_path):
     save_checkpoint(tmp_path, TrainState(1, 1), model, tok, opt, sched, "seed: 0\n")
     model2 = tiny()[0]
     opt2, sched2 = build_optimizer(cfg, model2)
-    state = load_legacy_optimizer(latest_checkpoint(tmp_path), model2, opt2, sched2)
+    state = load_unsharded_into_sharded(latest_checkpoint(tmp_path), model2, opt2, sched2)
     assert state.step == 1
     s1, s2 = opt.state_dict()["state"], opt2.state_dict()["state"]
     assert s1.keys() == s2.keys() and s1
@@ -272,7 +272,7 @@ def _worker(batch_path: str, out_dir: str, ckpt_run: str) -> None:
     from agentrl.scale.distributed import gather_to_main, init_distributed
     from agentrl.models.tiny import ensure_tiny_model
     from agentrl.scale.parallel import prepare_policy, prepare_reference
-    from agentrl.run.trainer import build_optimizer
+    from agentrl.run.optim import build_optimizer
     from agentrl.algo.update import compute_advantages, grpo_update
     from agentrl.scale.weight_sync import export_weights
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from agentrl.env import HasAnswerPattern, HasDemonstrations
 from agentrl.run.config import Config, ConfigError
 
 BUILTIN_ENVS = {
@@ -67,7 +68,7 @@ def resolve_model_path(cfg: Config, env=None) -> str:
 
         path = str(ensure_tiny_model(seed=cfg.model.tiny_seed))
     if cfg.warmstart.enabled:
-        if env is None or not hasattr(env, "demonstrations"):
+        if not isinstance(env, HasDemonstrations):
             raise ConfigError(
                 f"warmstart.enabled needs an environment with demonstrations(); {cfg.env.name!r} has none"
             )
@@ -155,6 +156,6 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     box = ToolBox(env.tools(), tokenizer=tok, default_timeout=cfg.tools.timeout,
                   max_output_tokens=cfg.tools.max_output_tokens)
     rollout_cfg = cfg.rollout
-    if rollout_cfg.answer_pattern is None and getattr(env, "answer_pattern", None):
+    if rollout_cfg.answer_pattern is None and isinstance(env, HasAnswerPattern) and env.answer_pattern:
         rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)
     return Runtime(model, tok, engine, chat, box, RolloutRunner(engine, chat, box, rollout_cfg), sampler)

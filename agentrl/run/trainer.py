@@ -15,7 +15,6 @@ and equals the single-process update, and rank 0 alone writes the run directory.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import random
 import time
@@ -26,21 +25,22 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agentrl.scale import distributed as dist
+from agentrl.algo.objective import Objective
+from agentrl.algo.update import UpdateSettings, UpdateStats, compute_advantages, grpo_update
 from agentrl.run.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
 from agentrl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
-from agentrl.scale.checkpoint_dcp import is_sharded, load_legacy_optimizer, load_sharded_checkpoint, save_sharded_checkpoint
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.run.evaluate import EvalResult, evaluate, score_all
-from agentrl.run.schedule import lr_factor
 from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
-from agentrl.algo.objective import Objective
-from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
+from agentrl.run.optim import build_optimizer
 from agentrl.run.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
+from agentrl.scale import distributed as dist
+from agentrl.scale.checkpoint_dcp import (is_sharded, load_sharded_checkpoint, load_unsharded_into_sharded,
+                                          save_sharded_checkpoint)
+from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
 from agentrl.scale.rank_merge import StepShard, merge_eval_results, merge_step_shards
-from agentrl.types import Task, Trajectory, write_jsonl
-from agentrl.algo.update import UpdateSettings, UpdateStats, compute_advantages, grpo_update
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
+from agentrl.types import Task, Trajectory, write_jsonl
 
 RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts
 
@@ -65,21 +65,25 @@ class TrainResult:
                 f"{self.final_eval:.3f} (step {self.final_eval_step})")
 
 
-def build_optimizer(cfg: Config, model: torch.nn.Module):
-    """AdamW over the trainable parameters (LoRA: the adapters) and its LR schedule."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                                  weight_decay=cfg.optim.weight_decay)
-    o = cfg.optim
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, warmup=o.warmup_steps, total=cfg.train.steps, schedule=o.schedule))
-    return optimizer, scheduler
-
-
 class Trainer:
     """Owns the model, engine, environment and run directory of one training run."""
 
     def __init__(self, cfg: Config, *, log=print):
+        self._init_process(cfg, log)
+        ckpt = self._find_checkpoint()
+        self._build_policy(ckpt)
+        self._build_reference(ckpt)
+        self._load_tasks()
+        self._build_optimizer()
+        if ckpt is not None:
+            self._restore(ckpt)
+        self._open_run_dir()
+        dist.barrier()
+
+    # -- the phases of __init__, in order ---------------------------------------------------
+
+    def _init_process(self, cfg: Config, log) -> None:
+        """Resolve the config, lay out the ranks, seed, build the environment."""
         world = int(os.environ.get("WORLD_SIZE", "") or 1)
         # max_staleness > 0: checked, and the IS weight defaulted to token level; 0: cfg untouched
         cfg, self._is_defaulted = resolve_async(cfg, world)
@@ -98,20 +102,27 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.env = make_env(cfg)
         self.state = TrainState(step=0, policy_version=0)
-        ckpt = None
-        if cfg.resume:
+
+    def _find_checkpoint(self) -> Path | None:
+        """The checkpoint to resume from (``resume=true``); refuses to overwrite a run's checkpoints."""
+        if self.cfg.resume:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is None:
                 self.log(f"resume: no checkpoint in {self.run_dir}; starting fresh")
-        elif (self.run_dir / "checkpoints").exists() and any((self.run_dir / "checkpoints").iterdir()):
+            return ckpt
+        if (self.run_dir / "checkpoints").exists() and any((self.run_dir / "checkpoints").iterdir()):
             raise ConfigError(
                 f"{self.run_dir} already holds checkpoints; pass resume=true to continue it "
                 "or output_dir=... for a new run"
             )
+        return None
+
+    def _build_policy(self, ckpt: Path | None) -> None:
+        """Policy, tokenizer, engine, chat template, tools, rollout runner and weight sync."""
         # A checkpoint's model/ holds the full policy (LoRA merged); a sharded one's dcp/ then
         # overwrites every parameter, adapters and base weights included.
         self.model_path = str(ckpt / "model") if ckpt else self._base_model_path()
-        rt = build_runtime(cfg, self.env, self.model_path, self.plan, self.dist.device)
+        rt = build_runtime(self.cfg, self.env, self.model_path, self.plan, self.dist.device)
         self.model, self.tokenizer, self.engine = rt.model, rt.tokenizer, rt.engine
         self.chat, self.toolbox, self.runner = rt.chat, rt.toolbox, rt.runner
         caps = self.engine.capabilities
@@ -119,6 +130,9 @@ class Trainer:
         # streams plain (non-LoRA) weights in itself; FSDP shards and LoRA adapters need export.
         self.sync = WeightSync(self.engine, rt.sampler,
                                shared=not self.plan.fsdp and (caps.shares_trainer_weights or not self.plan.lora))
+
+    def _build_reference(self, ckpt: Path | None) -> None:
+        """The frozen reference model of the KL term (None when β = 0)."""
         self.ref_model = None
         if self.objective.uses_reference and self.plan.lora:  # the base model, adapter off: no second copy
             self.ref_model = AdapterDisabledReference(self.model)
@@ -126,34 +140,43 @@ class Trainer:
             base = self._base_model_path() if ckpt else self.model_path
             ref = load_model_and_tokenizer(base, "cpu" if self.plan.fsdp else self.dist.device)[0]
             self.ref_model = prepare_reference(ref, self.plan, self.dist.device)
+
+    def _load_tasks(self) -> None:
         self.train_tasks: list[Task] = self.env.tasks("train")
-        self.test_tasks: list[Task] = self.env.tasks("test")[: cfg.eval.num_tasks]
+        self.test_tasks: list[Task] = self.env.tasks("test")[: self.cfg.eval.num_tasks]
         self.tasks_by_id = {t.id: t for t in self.train_tasks}
         self.test_by_id = {t.id: t for t in self.test_tasks}
+
+    def _build_optimizer(self) -> None:
+        cfg = self.cfg
         self.optimizer, self.scheduler = build_optimizer(cfg, self.model)
         self.update_settings = UpdateSettings(
             micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
             max_grad_norm=cfg.optim.max_grad_norm, pad_id=self.tokenizer.pad_token_id, device=self.dist.device)
-        if ckpt is not None:
-            if is_sharded(ckpt):
-                self.state = load_sharded_checkpoint(ckpt, self.model, self.optimizer, self.scheduler,
-                                                     lora=self.plan.lora)
-            elif self.sharded_ckpt:
-                self.state = load_legacy_optimizer(ckpt, self.model, self.optimizer, self.scheduler)
-            else:
-                self.state = load_checkpoint_state(ckpt, self.optimizer, self.scheduler)
-            self.engine.policy_version = self.state.policy_version
-            if self.main:
-                self._drop_after(self.state.step)
-            self.log(f"resumed from {ckpt} (step {self.state.step})")
+
+    def _restore(self, ckpt: Path) -> None:
+        """Optimizer, scheduler, RNG and step from ``ckpt``, in whichever format it was written."""
+        if is_sharded(ckpt):
+            self.state = load_sharded_checkpoint(ckpt, self.model, self.optimizer, self.scheduler,
+                                                 lora=self.plan.lora)
+        elif self.sharded_ckpt:
+            self.state = load_unsharded_into_sharded(ckpt, self.model, self.optimizer, self.scheduler)
+        else:
+            self.state = load_checkpoint_state(ckpt, self.optimizer, self.scheduler)
+        self.engine.policy_version = self.state.policy_version
+        if self.main:
+            self._drop_after(self.state.step)
+        self.log(f"resumed from {ckpt} (step {self.state.step})")
+
+    def _open_run_dir(self) -> None:
+        """Rank 0 writes config.yaml and the tokenizer, and opens the metrics writer."""
         self.metrics = None
         if self.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "rollouts").mkdir(exist_ok=True)
-            save_config(cfg, self.run_dir / "config.yaml")
+            save_config(self.cfg, self.run_dir / "config.yaml")
             self.tokenizer.save_pretrained(self.run_dir / "tokenizer")  # lets `agentrl inspect` decode ids
             self.metrics = MetricsWriter(self.run_dir)
-        dist.barrier()
 
     def _base_model_path(self) -> str:
         """The step-0 policy; rank 0 builds any cached artifact (tiny model, warm start) first."""
@@ -294,9 +317,10 @@ class Trainer:
         if self.producer is not None:  # the rollout thread takes these weights at its next batch
             extra["async/weight_copy_s"] = self.producer.publish(self.model, self.engine.policy_version)
         shards = dist.gather_to_main(StepShard(
-            trajs, int(adv.zero_variance.sum()), len(adv.zero_variance), filt.dropped_zero_variance,
-            filt.masked_truncated, filt.dropped_void, timing["time/rollout"], timing["time/tools"],
-            int(timing["batch/draws"])))
+            trajectories=trajs, zero_variance_groups=int(adv.zero_variance.sum()), groups=len(adv.zero_variance),
+            dropped_zero_variance=filt.dropped_zero_variance, masked_truncated=filt.masked_truncated,
+            dropped_void=filt.dropped_void, time_rollout=timing["time/rollout"], time_tools=timing["time/tools"],
+            draws=int(timing["batch/draws"])))
         if shards is None:
             return {}
         shard = merge_step_shards(shards)

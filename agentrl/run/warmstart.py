@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentrl.run.config import CORRUPTION_KINDS, SFTSettings
-from agentrl.run.schedule import lr_factor
+from agentrl.run.optim import lr_factor
 from agentrl.types import Message
 
 if TYPE_CHECKING:

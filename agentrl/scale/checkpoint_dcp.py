@@ -11,7 +11,7 @@ renamed by rank 0, so a kill at any moment leaves no half checkpoint that resume
 ``dcp/`` is resharded on load: a checkpoint written by N ranks resumes in M ranks, M = 1
 included (a single process without FSDP loads it into a plain model). The single-process
 format of ``agentrl.run.checkpoint`` (``model/`` + ``state.pt`` with the optimizer) is still what a
-plain single-process run writes; ``load_legacy_optimizer`` resumes it in a sharded run.
+plain single-process run writes; ``load_unsharded_into_sharded`` resumes it in a sharded run.
 
 Example::
 
@@ -142,7 +142,7 @@ def load_sharded_checkpoint(ckpt: Path, model, optimizer, scheduler, *, lora: bo
     return TrainState(step=int(blob["step"]), policy_version=int(blob["policy_version"]))
 
 
-def load_legacy_optimizer(ckpt: Path, model, optimizer, scheduler) -> TrainState:
+def load_unsharded_into_sharded(ckpt: Path, model, optimizer, scheduler) -> TrainState:
     """Resume a single-process checkpoint (weights already loaded from ``ckpt/model``) in a
     sharded run: its optimizer state is keyed by parameter position, which is turned into
     parameter names (the order of ``model.named_parameters()``) and sharded."""

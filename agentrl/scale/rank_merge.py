@@ -4,8 +4,9 @@ Each rank rolls out, scores and filters its own whole groups; rank 0 gathers a `
 per rank (``agentrl.scale.distributed.gather_to_main``) and merges them, so the metrics and the
 rollouts file describe the global batch whatever the number of ranks.
 
-    >>> a = StepShard([], 1, 2, 0, 0, 0, 1.0, 0.5, 1)
-    >>> b = StepShard([], 0, 2, 0, 1, 0, 2.0, 0.1, 1)
+    >>> kw = dict(trajectories=[], groups=2, dropped_zero_variance=0, dropped_void=0, draws=1)
+    >>> a = StepShard(**kw, zero_variance_groups=1, masked_truncated=0, time_rollout=1.0, time_tools=0.5)
+    >>> b = StepShard(**kw, zero_variance_groups=0, masked_truncated=1, time_rollout=2.0, time_tools=0.1)
     >>> m = merge_step_shards([a, b])
     >>> m.zero_variance_groups, m.groups, m.masked_truncated, m.time_rollout
     (1, 4, 1, 2.0)
@@ -19,7 +20,7 @@ from agentrl.run.evaluate import EvalResult, accuracy_of
 from agentrl.types import Task, Trajectory
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepShard:
     """What one rank contributes to a step's metrics and rollouts file."""
 

@@ -1,4 +1,5 @@
-"""The learning-rate schedule of the GRPO run and of the SFT warm start (one definition).
+"""The optimizer of a run and the learning-rate schedule of the GRPO run and of the SFT warm
+start (one definition).
 
     >>> [round(lr_factor(s, warmup=2, total=6, schedule="cosine"), 3) for s in range(6)]
     [0.5, 1.0, 1.0, 0.854, 0.5, 0.146]
@@ -9,6 +10,8 @@
 from __future__ import annotations
 
 import math
+
+import torch
 
 SCHEDULES: tuple[str, ...] = ("cosine", "linear", "constant")
 
@@ -31,3 +34,14 @@ def lr_factor(step: int, *, warmup: int, total: int, schedule: str = "cosine", f
     if schedule == "linear":
         return floor + (1 - floor) * (1.0 - frac)
     raise ValueError(f"schedule={schedule!r}; use one of {', '.join(SCHEDULES)}")
+
+
+def build_optimizer(cfg, model: torch.nn.Module):  # cfg: agentrl.run.config.Config
+    """AdamW over the trainable parameters (LoRA: the adapters) and its LR schedule."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                                  weight_decay=cfg.optim.weight_decay)
+    o = cfg.optim
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup=o.warmup_steps, total=cfg.train.steps, schedule=o.schedule))
+    return optimizer, scheduler
