@@ -8,7 +8,7 @@ from pathlib import Path
 from agentrl.inspect.cli import run_inspect
 from synthetic_trajectories import known_example
 from agentrl.inspect.loader import Problem, Record, iter_file
-from agentrl.inspect.metrics import read_metrics
+from agentrl.inspect.metrics import read_series
 from agentrl.inspect.sources import RolloutFile, find_sources, step_of
 
 
@@ -100,7 +100,7 @@ def test_metrics_reader_tolerates_bad_lines(tmp_path):
                  'garbage\n'
                  '{"step": 2, "reward/mean": 0.3, "reward/std": 0.1, "eval/accuracy": 0.5}\n'
                  '{"step": 3, "reward/m')
-    m = read_metrics(p)
+    m = read_series(p)
     assert m.series["reward/mean"].steps == [1, 2] and m.series["eval/accuracy"].values == [0.5]
     assert "note" not in m.series and "flag" not in m.series
     assert [(q.line, q.what.split(" (")[0]) for q in m.problems] == [(2, "unreadable metrics line"),

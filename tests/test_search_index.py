@@ -228,7 +228,7 @@ def test_corrupt_cache_file_is_rebuilt(tmp_path):
 
 
 def test_installed_package_data_is_cached_outside_the_package(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
     data = tmp_path / "lib" / "site-packages" / "somepkg" / "data"
     data.mkdir(parents=True)
     corpus = _corpus(data / "c.jsonl", _docs())

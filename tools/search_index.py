@@ -11,8 +11,8 @@ never reach the FTS5 parser as syntax. The query is a bound parameter, never SQL
 :func:`select_terms` keeps the rarest words so one query costs about the same at any length.
 
 Caching: :func:`open_cached_index` stores the index next to the corpus when that directory is
-writable and not inside an installed package, else under ``$AGENTRL_CACHE_DIR`` (default
-``~/.cache/agentrl``)/search. The index records a fingerprint of the corpus file (its SHA-256
+writable and not inside an installed package, else in ``search/`` under agentrl's cache
+(:func:`agentrl.models.cache.default_cache_dir`: ``$AGENTRL_CACHE``, default ``~/.cache/agentrl``). The index records a fingerprint of the corpus file (its SHA-256
 and the index schema version) and is rebuilt when the corpus changes. Builds write a
 temporary file and rename it into place, so concurrent builders and readers never see a
 half-written index. Queries run on pooled read-only connections.
@@ -299,9 +299,10 @@ def corpus_fingerprint(corpus: Corpus) -> str:
 
 
 def default_cache_dir() -> Path:
-    """``$AGENTRL_CACHE_DIR`` or ``~/.cache/agentrl``, with ``search/`` below it."""
-    root = os.environ.get("AGENTRL_CACHE_DIR") or Path.home() / ".cache" / "agentrl"
-    return Path(root) / "search"
+    """``search/`` in agentrl's cache (``$AGENTRL_CACHE``, default ``~/.cache/agentrl``)."""
+    from agentrl.models.cache import default_cache_dir as agentrl_cache
+
+    return agentrl_cache() / "search"
 
 
 def index_path_for(corpus: Corpus, cache_dir: str | Path | None = None) -> Path:
@@ -337,6 +338,6 @@ def open_cached_index(corpus: Corpus, cache_dir: str | Path | None = None) -> Se
         return SearchIndex.build(corpus.load(), path, fingerprint=want)
     except PermissionError:
         raise PermissionError(
-            f"cannot write the search index to {path.parent}; pass cache_dir=... or set AGENTRL_CACHE_DIR "
+            f"cannot write the search index to {path.parent}; pass cache_dir=... or set AGENTRL_CACHE "
             "to a writable directory"
         ) from None

@@ -31,7 +31,7 @@ from typing import Any
 
 from agentrl.inspect.decode import Decoding
 from agentrl.inspect.loader import Record
-from agentrl.inspect.metrics import PLOTTED, Metrics, read_metrics
+from agentrl.inspect.metrics import PLOTTED, Metrics, read_series
 from agentrl.inspect.page_css import CSS
 from agentrl.inspect.page_js import JS
 from agentrl.inspect.scan import ScanResult
@@ -143,7 +143,7 @@ def _problems_html(res: ScanResult, metrics: Metrics | None) -> str:
 
 def render_page(sources: Sources, res: ScanResult, decoding: Decoding, title: str = "agentrl inspect") -> str:
     """The whole page as a string."""
-    metrics = read_metrics(sources.metrics) if sources.metrics else None
+    metrics = read_series(sources.metrics) if sources.metrics else None
     notes: dict[tuple[str, int], list[str]] = {}
     for p in res.problems:
         if not p.skipped:

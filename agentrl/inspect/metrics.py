@@ -9,7 +9,7 @@ Example::
     import tempfile, pathlib
     p = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl"
     p.write_text('{"step": 1, "reward/mean": 0.25}\\n{"step": 2, "reward/mean": 0.5, "eval/accuracy": 0.4}\\n{"st')
-    m = read_metrics(p)
+    m = read_series(p)
     assert m.series["reward/mean"].values == [0.25, 0.5]
     assert m.series["eval/accuracy"].steps == [2]
     assert len(m.problems) == 1
@@ -17,12 +17,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.inspect.loader import Problem
+from agentrl.run.metrics import scan_metrics
 
 # The curves the HTML page draws, in order, when present. reward/std draws a band.
 PLOTTED = ("reward/mean", "eval/accuracy", "groups/zero_variance_frac", "tools/calls_per_traj",
@@ -60,25 +60,19 @@ class Metrics:
         return ([m - s for m, s in zip(mean.values, std.values)], [m + s for m, s in zip(mean.values, std.values)])
 
 
-def read_metrics(path: Path, max_problems: int = 20) -> Metrics:
+def read_series(path: Path, max_problems: int = 20) -> Metrics:
     """Series of every numeric metric in the file; bad lines become Problems."""
     out = Metrics(series={}, problems=[])
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
+    for line in scan_metrics(path):
+        if line.row is None:
+            if len(out.problems) < max_problems:
+                out.problems.append(Problem(path, line.lineno, line.problem or "unreadable", skipped=True))
+            continue
+        step = int(line.row["step"])
+        for k, v in line.row.items():
+            if k == "step" or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 continue
-            try:
-                row = json.loads(raw)
-                step = int(row["step"])
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
-                if len(out.problems) < max_problems:
-                    what = "truncated last line" if not raw.endswith(b"\n") else f"unreadable metrics line ({e})"
-                    out.problems.append(Problem(path, lineno, what, skipped=True))
-                continue
-            for k, v in row.items():
-                if k == "step" or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    continue
-                s = out.series.setdefault(k, Series(k))
-                s.steps.append(step)
-                s.values.append(float(v))
+            s = out.series.setdefault(k, Series(k))
+            s.steps.append(step)
+            s.values.append(float(v))
     return out

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from agentrl.models.cache import default_cache_dir, publish_once
 
 # Bump when the builder's output changes, so cached builds from older code are not reused.
 BUILDER_VERSION = 2  # 2: compact tool listing in the chat template
@@ -247,14 +248,6 @@ def _stop_ids(tokenizer) -> _StopIds:
     return _StopIds(eos=eos, pad=pad)
 
 
-def default_cache_dir() -> Path:
-    """``$AGENTRL_CACHE`` or ``$XDG_CACHE_HOME/agentrl`` or ``~/.cache/agentrl``."""
-    if os.environ.get("AGENTRL_CACHE"):
-        return Path(os.environ["AGENTRL_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agentrl"
-
-
 def ensure_tiny_model(cache_dir: str | Path | None = None, **kwargs) -> Path:
     """Build the tiny model once into ``<cache_dir>/tiny-<hash of kwargs>`` and reuse it after.
 
@@ -273,19 +266,4 @@ def ensure_tiny_model(cache_dir: str | Path | None = None, **kwargs) -> Path:
     key["_builder"] = BUILDER_VERSION
     key["_transformers"] = transformers.__version__
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    final = root / f"tiny-{digest}"
-    if (final / "config.json").exists():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{digest}-", dir=root))
-    try:
-        build_tiny_model(tmp, overwrite=True, **kwargs)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "config.json").exists():  # not a lost race: a real failure
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return publish_once(root / f"tiny-{digest}", lambda tmp: build_tiny_model(tmp, overwrite=True, **kwargs))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -44,17 +46,34 @@ def _clean(v):
     return v
 
 
+@dataclass
+class MetricLine:
+    """One line of a metrics file: its decoded row, or why it could not be read."""
+
+    lineno: int
+    row: dict | None  # {"step": s, ...}; None when unreadable
+    problem: str | None = None  # e.g. "truncated last line" (a kill mid-write)
+
+
+def scan_metrics(path: Path) -> Iterator[MetricLine]:
+    """Every non-empty line of a metrics file, in order: the one reader of metrics.jsonl."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+                int(row["step"])
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+                what = "truncated last line" if not raw.endswith(b"\n") else f"unreadable metrics line ({e})"
+                yield MetricLine(lineno, None, what)
+                continue
+            yield MetricLine(lineno, row)
+
+
 def read_metrics(path: Path) -> list[dict]:
-    """Every complete, valid line of a metrics file (a line cut by a kill is skipped)."""
-    rows = []
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    """Every complete, valid row of a metrics file (a line cut by a kill is skipped)."""
+    return [m.row for m in scan_metrics(path) if m.row is not None] if path.exists() else []
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:

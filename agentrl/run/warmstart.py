@@ -49,10 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -367,7 +364,7 @@ def warm_start(base_model_dir: str | Path, env: "Environment", settings: SFTSett
                template: str | None = None, num_threads: int | None = None, log=print) -> Path:
     """SFT ``base_model_dir`` on ``env``'s (partly corrupted) demonstrations; returns the HF dir.
 
-    Cached under ``<cache_dir>/warmstart-<key>`` (default cache: ``agentrl.models.tiny.
+    Cached under ``<cache_dir>/warmstart-<key>`` (default cache: ``agentrl.models.cache.
     default_cache_dir()``); a second call with the same inputs returns the same path without
     training. ``num_threads`` sets torch's CPU threads for the SFT (restored after).
     ``settings`` are the SFT hyperparameters (default :class:`SFTSettings`); ``tool_timeout`` is
@@ -383,7 +380,7 @@ def warm_start(base_model_dir: str | Path, env: "Environment", settings: SFTSett
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentrl.chat import ChatTemplate
-    from agentrl.models.tiny import default_cache_dir
+    from agentrl.models.cache import default_cache_dir, publish_once
     from agentrl.run.checkpoint import save_hf
     from agentrl.toolbox import ToolBox
 
@@ -416,19 +413,10 @@ def warm_start(base_model_dir: str | Path, env: "Environment", settings: SFTSett
     finally:
         torch.set_num_threads(old_threads)
 
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-    try:
+    def publish(tmp: Path) -> None:
         save_hf(model, tokenizer, tmp)
         info = {"base_model": str(base), "settings": asdict(settings), "num_demos": len(demos),
                 "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])), "seconds": time.perf_counter() - t0}
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=2))
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "config.json").exists():  # not a lost race with another process
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+    return publish_once(final, publish)
