@@ -28,14 +28,14 @@ Example::
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentrl.env import Score, Split, final_answer
+from agentrl.env import Score, Split, final_answer, select_split
+from agentrl.jsonl import read_objects
 from agentrl.types import Message, Task
 
 from .code_check import CodeChecker, CodeProblem
@@ -65,23 +65,13 @@ def humaneval_problems() -> list[CodeProblem]:
 def load_problems(path: str | Path) -> list[CodeProblem]:
     """Problems from a JSONL file (``.jsonl`` or ``.jsonl.gz``) in HumanEval's shape."""
     path = Path(path)
-    if path.suffix == ".gz":
-        import gzip
-
-        text = gzip.open(path, "rt", encoding="utf-8").read()
-    else:
-        text = path.read_text(encoding="utf-8")
     problems = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not valid JSON ({exc})") from exc
+    for rec in read_objects(path):
+        row = rec.value
         missing = [k for k in _REQUIRED if not isinstance(row.get(k), str)]
         if missing:
-            raise ValueError(f"{path}:{n}: a problem needs string fields {', '.join(_REQUIRED)}; missing or not a string: {', '.join(missing)}")
+            raise ValueError(f"{rec.where}: a problem needs string fields {', '.join(_REQUIRED)}; "
+                             f"missing or not a string: {', '.join(missing)}")
         problems.append(CodeProblem(row["task_id"], row["prompt"], row["test"], row["entry_point"], row.get("canonical_solution") or ""))
     ids = [p.task_id for p in problems]
     if len(set(ids)) != len(ids):
@@ -125,7 +115,8 @@ class HumanEvalEnv:
         order = list(range(len(self.problems)))
         random.Random(seed).shuffle(order)
         n_test = round(test_fraction * len(order))
-        self._split = {"test": sorted(order[:n_test]), "train": sorted(order[n_test:])}
+        self._splits = {name: [self._task(self.problems[i]) for i in sorted(idx)]
+                        for name, idx in (("test", order[:n_test]), ("train", order[n_test:]))}
         self.tool_mode = tool_mode
         self._checker = checker
 
@@ -141,9 +132,7 @@ class HumanEvalEnv:
         return [python_tool(mode=self.tool_mode)]  # time limit: the ToolBox's (tools.timeout)
 
     def tasks(self, split: Split) -> list[Task]:
-        if split not in self._split:
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        return [self._task(self.problems[i]) for i in self._split[split]]
+        return select_split(self._splits, split)
 
     def _task(self, p: CodeProblem) -> Task:
         prompt = f"Implement this function:\n\n```python\n{p.prompt}```"

@@ -41,7 +41,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from importlib import resources
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentrl.env import Score, Split, select_split
+from agentrl.jsonl import read_objects
 from agentrl.envs.math_check import ANSWER_PATTERN, AnswerChecker, gsm8k_gold, last_boxed
 from agentrl.types import Message, Task
 
@@ -97,24 +97,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.exists():
         raise ValueError(f"math data file {p} does not exist; pass a JSONL path, 'builtin' or 'hf:NAME'")
-    text = p.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        rows = json.loads(text)
-        if not all(isinstance(r, dict) for r in rows):
-            raise ValueError(f"{p}: a JSON list must hold objects, one per problem")
-        return rows
-    out = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{n}: not JSON ({e.msg}); expected one JSON object per line") from e
-        if not isinstance(row, dict):
-            raise ValueError(f"{p}:{n}: expected a JSON object per line, got {type(row).__name__}")
-        out.append(row)
-    return out
+    return [r.value for r in read_objects(p, allow_json_list=True)]
 
 
 def load_hf(name: str, split: str, config: str | None = None) -> list[dict[str, Any]]:

@@ -177,7 +177,7 @@ def test_env_splits_are_disjoint_and_complete() -> None:
     train, test = {t.id for t in env.tasks("train")}, {t.id for t in env.tasks("test")}
     assert len(test) == 5 and not train & test and len(train | test) == 20
     assert {t.id for t in HumanEvalEnv(problems=problems, test_fraction=0.25, seed=3).tasks("test")} == test
-    with pytest.raises(ValueError, match="split must be"):
+    with pytest.raises(ValueError, match="unknown split 'dev'; use 'train' or 'test'"):
         env.tasks("dev")  # type: ignore[arg-type]
 
 

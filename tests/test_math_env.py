@@ -113,7 +113,7 @@ def test_bad_records_name_the_fix(tmp_path, rows, match):
 def test_bad_files_name_the_line_and_the_fix(tmp_path):
     p = tmp_path / "broken.jsonl"
     p.write_text('{"question": "Q", "answer": "1"}\n{oops\n')
-    with pytest.raises(ValueError, match=r"broken.jsonl:2: not JSON"):
+    with pytest.raises(ValueError, match=r"broken.jsonl:2: not valid JSON"):
         MathEnv(train=str(p), num_test=0)
     with pytest.raises(ValueError, match="does not exist; pass a JSONL path"):
         MathEnv(train=str(tmp_path / "missing.jsonl"))

