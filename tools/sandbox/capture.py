@@ -14,6 +14,8 @@ Example::
 
 from __future__ import annotations
 
+from agentrl.tool_output import cut_note
+
 # C0 controls (but tab, newline, carriage return) and DEL become U+FFFD: a NUL or an escape
 # sequence in a tool observation only confuses tokenizers and terminal viewers.
 _CONTROL = {c: "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F]}
@@ -54,7 +56,7 @@ class OutputCapture:
         head = clean(bytes(self.head))
         if not self.cut:
             return head + clean(bytes(self.tail))
-        return f"{head}\n...[{self.cut} bytes cut]...\n{clean(bytes(self.tail))}"
+        return head + cut_note(self.cut, "bytes") + clean(bytes(self.tail))  # the note every capped output uses
 
 
 def clean(data: bytes) -> str:
