@@ -6,6 +6,6 @@ moving the trainer's weights to the sampler (``weight_sync``) and sharded checkp
 (``checkpoint_dcp``).
 
 May import torch, peft, ``agentrl.types``, ``agentrl.engines.base``, the config dataclasses
-(``agentrl.run.config``) and the result types it merges (``agentrl.run.evaluate``); never the
-trainer.
+(``agentrl.run.config``), the result types it merges (``agentrl.run.evaluate``) and the
+checkpoint format its sharded one extends (``agentrl.run.checkpoint``); never the trainer.
 """
