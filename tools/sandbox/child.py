@@ -56,7 +56,7 @@ def guard(fd, scope, detach=False):
 
 def set_limits(spec):
     """Apply ``NAME=value,...`` rlimits with soft == hard (never above the current hard limit);
-    ``LIFE=fd:scope`` starts the :func:`guard`; if the spec has ``UID=n``, become uid/gid n with no supplementary groups (used under
+    ``LIFE=fd:scope[:detach]`` starts the :func:`guard`; if the spec has ``UID=n``, become uid/gid n with no supplementary groups (used under
     privileged bubblewrap, which already set no_new_privs and left only CAP_SETUID/CAP_SETGID:
     after the switch the process has no capabilities and cannot regain any)."""
     import resource
@@ -83,8 +83,8 @@ def set_limits(spec):
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
     if life is not None:
-        fd, _, scope = life.partition(":")
-        guard(int(fd), scope, detach=sys.argv[1] == "server")
+        fd, scope, *detach = life.split(":")
+        guard(int(fd), scope, detach=bool(detach))
 
 
 def report(exc, src):

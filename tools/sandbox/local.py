@@ -74,7 +74,8 @@ class LocalExecutor:
         # kill(-1) reaches exactly the sandbox in its own pid namespace or under its leased uid;
         # otherwise (rlimits level, not root) the watcher kills its process group only.
         scope = "all" if (uid is not None or self.isolation.level != "rlimits") else "group"
-        child_args = [child_args[0], f"{child_args[1]},LIFE={life_r}:{scope}", *child_args[2:]]
+        detach = ":detach" if server else ""  # a fork server counts its children: the watcher is not one
+        child_args = [child_args[0], f"{child_args[1]},LIFE={life_r}:{scope}{detach}", *child_args[2:]]
         try:
             launch = self.isolation.launch(child_args, uid, server)
             marker = None if (uid is not None or launch.own_pid_namespace) else secrets.token_hex(8)

@@ -12,13 +12,16 @@ so copy, every page of them), and serves one call at a time on one SOCK_SEQPACKE
 A request is one datagram ``uid NUL workdir NUL limits`` carrying the call's descriptors: its
 stdin (the code), its stdout/stderr, its control socket, and at the rlimits level a lifeline.
 The server never reads the code or the output: what it holds of a call is its uid, limits and
-exit status. Per call it forks one child, the *code's process*, which
+exit status. Per call it forks one child, the *code's process*, ahead of the request (right
+after the previous call ended, so the fork is off the next call's critical path), which
 
-- starts its own session and process group, keeps only its stdio (and the lifeline) open;
-- at the namespace levels enters a mount namespace of its own with a fresh, sized ``/tmp``
-  (working directory and HOME) and ``/dev/shm``, which vanish with its last process; at the
-  rlimits level works in the host directory ``workdir`` made for the call;
-- becomes the call's leased uid (no capabilities left), applies the call's rlimits, runs the code.
+- starts its own session and process group; at the namespace levels enters a mount and IPC
+  namespace of its own with a fresh, sized ``/tmp`` (working directory and HOME) and
+  ``/dev/shm``, which vanish with its last process; then waits for its request;
+- keeps only the call's stdio (and, at the rlimits level, its lifeline) open, works in the
+  host directory ``workdir`` made for the call at the rlimits level;
+- becomes the call's leased uid (no capabilities left), applies the call's rlimits and a
+  seccomp filter that refuses the kernel keyrings, and runs the code.
 
 The server is a child subreaper: everything the call starts, daemons included, stays its
 descendant. When the code's process ends, or the trainer closes the control socket (a kill,
@@ -35,12 +38,15 @@ import signal
 import socket
 import time
 
+# Imported once by the server, so a call finds them already loaded. Chosen by what tool calls
+# use and by weight: every page the server maps is copied into each call's page tables and
+# unmapped at its exit, so hashlib (libcrypto, +3.7 MB), dataclasses, typing, tempfile or
+# subprocess would cost every call more than they save the few that import them.
 PRELOAD = (
     "math", "cmath", "json", "re", "random", "itertools", "functools", "collections", "statistics",
     "fractions", "decimal", "datetime", "time", "string", "heapq", "bisect", "operator", "copy",
-    "textwrap", "io", "typing", "dataclasses", "enum", "numbers", "struct", "hashlib", "base64",
-    "array", "pprint", "traceback", "linecache", "ast", "resource", "tempfile", "subprocess",
-    "threading", "atexit", "unicodedata", "csv", "difflib", "uuid", "contextlib", "abc",
+    "enum", "numbers", "struct", "io", "traceback", "linecache", "threading", "atexit", "contextlib",
+    "resource", "_ast",  # used by every call (child.set_limits, child.run_cell)
 )
 CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
@@ -123,20 +129,31 @@ def private_mounts(disk_bytes, keep):
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
 
 
-def code_process(fds, uid, workdir, limits, mounts):
-    """The call's process: never returns."""
+def code_process(chan, sock_fd, mounts):
+    """The next call's process, forked ahead of its request: what does not depend on the call
+    (own session, private mounts) is done while the server is idle; then it waits on ``chan``
+    for the request and the call's descriptors. Never returns."""
     status = 1
     try:
+        os.close(sock_fd)  # the server's socket: only the server talks to the trainer
         os.setsid()
+        if mounts is not None:
+            private_mounts(*mounts)
+        try:
+            req, fds, _, _ = socket.recv_fds(chan, 65536, 4)
+        except OSError:
+            req, fds = b"", []
+        if not req or len(fds) not in (3, 4):
+            os._exit(0)  # the server is gone (or stopping): there is no call
+        uid_s, workdir, limits = req.decode().split("\0")
+        uid = int(uid_s)
         os.dup2(fds[0], 0)
         os.dup2(fds[1], 1)
         os.dup2(fds[1], 2)
         if len(fds) == 4:  # the call's own lifeline (rlimits level), watched under its uid (child.guard)
             os.dup2(fds[3], 3)
             limits += ",LIFE=3:all"
-        os.closerange(4 if len(fds) == 4 else 3, 1 << 16)  # the server's socket, the control socket
-        if mounts is not None:
-            private_mounts(*mounts)
+        os.closerange(4 if len(fds) == 4 else 3, 1 << 16)  # this channel, the control socket
         os.chdir(workdir or "/tmp")
         if workdir:
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
@@ -185,14 +202,29 @@ def _shutdown():
     atexit._run_exitfuncs()
 
 
-def run_call(req, fds, mounts):
-    """Run one call in a fresh child and write its status line on its control socket."""
-    uid_s, workdir, limits = req.decode().split("\0")
-    uid = int(uid_s)
-    ctl_fd = fds[2]
+def prefork(sock_fd, mounts):
+    """Fork the next call's process now; returns ``(pid, channel)``."""
+    chan, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
-        code_process(fds, uid, workdir, limits, mounts)
+        chan.close()
+        code_process(theirs, sock_fd, mounts)
+    theirs.close()
+    return pid, chan
+
+
+def run_call(req, fds, child):
+    """Hand the request to the forked-ahead ``child``, supervise it, write the call's status
+    line on its control socket."""
+    pid, chan = child
+    uid = int(req.split(b"\0", 1)[0])
+    ctl_fd = fds[2]
+    try:
+        socket.send_fds(chan, [req], fds)
+    except OSError:
+        pass  # the child died before the call: it is reaped below and reported as it ended
+    finally:
+        chan.close()
     pidfd = os.pidfd_open(pid)
     try:
         ready = select.select([ctl_fd, pidfd], [], [])[0]
@@ -274,16 +306,20 @@ def serve(sock_fd, namespaces, disk_bytes, keep):
     gc.freeze()
     mounts = (disk_bytes, keep) if namespaces else None
     sock = socket.socket(fileno=sock_fd)
+    child = prefork(sock_fd, mounts)
     while True:
         try:
             req, fds, _, _ = socket.recv_fds(sock, 65536, 4)
         except InterruptedError:
             continue
         if not req:
-            return  # the trainer closed the socket
+            return  # the trainer closed the socket (the child waiting for a call sees its channel close)
+        served = len(fds) in (3, 4)
         try:
-            if len(fds) in (3, 4):
-                run_call(req, fds, mounts)
+            if served:
+                run_call(req, fds, child)
         finally:
             for fd in fds:
                 os.close(fd)
+        if served:
+            child = prefork(sock_fd, mounts)  # off the next call's critical path, holding no fd of the last call
