@@ -43,21 +43,22 @@ TESTS = Path(__file__).resolve().parent
 # JSON; pids are left out (they differ from call to call), process count and owners kept.
 VIEW = r"""
 import json, os, sys, tempfile, random
-def ls(p):
+def ls(p):  # entries a sandbox uid of this module made (at the rlimits level /tmp is the host's)
     try:
-        return sorted((n, os.lstat(os.path.join(p, n)).st_uid) for n in os.listdir(p))
+        found = [(n, os.lstat(os.path.join(p, n)).st_uid) for n in os.listdir(p)]
     except OSError as e:
         return type(e).__name__
+    return sorted(e for e in found if %d <= e[1] < %d)
 procs = []
 for p in os.listdir('/proc'):
     if p.isdigit() and int(p) != os.getpid():
         try:
             st = os.stat('/proc/' + p)
-            state = open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[0]
+            state = open('/proc/' + p + '/stat').read().rsplit(')', 1)[1].split()[0]
         except OSError:
             continue
         if st.st_uid == os.getuid() and state not in 'ZX':
-            procs.append(open('/proc/%s/cmdline' % p, 'rb').read().decode(errors='replace')[:80])
+            procs.append(open('/proc/' + p + '/cmdline', 'rb').read().decode(errors='replace')[:80])
 import json as j2, math
 print(json.dumps({
     "cwd": os.getcwd() if os.getcwd() in ('/tmp',) else 'private', "cwd_files": ls('.'), "tmp": ls('/tmp'),
@@ -68,19 +69,15 @@ print(json.dumps({
     "print_is_builtin": print.__module__ == 'builtins', "fds": sorted(os.listdir('/proc/self/fd')),
     "umask": os.umask(0o22), "stdin": sys.stdin.read(), "recursion": sys.getrecursionlimit(),
 }, sort_keys=True))
-"""
+""" % (UID_BASE, UID_BASE + UID_COUNT)
 
 
 def view(ex: LocalExecutor) -> dict:
     r = ex.run(VIEW)
     assert r.exit_code == 0, r.observation()
     v = json.loads(r.output)
-    if ex.isolation_level == "rlimits":
-        # HOME and TMPDIR are the call's own host directory; /tmp and /dev/shm are the host's,
-        # where only what a sandbox uid of this module left matters.
+    if ex.isolation_level == "rlimits":  # HOME and TMPDIR are the call's own host directory
         v["env"] = [(k, "<workdir>" if k in ("HOME", "TMPDIR") else val) for k, val in v["env"]]
-        for key in ("tmp", "shm"):
-            v[key] = [e for e in v[key] if UID_BASE <= e[1] < UID_BASE + UID_COUNT]
     return v
 
 

@@ -19,6 +19,10 @@ Always: an unprivileged uid when started as root, rlimits set inside the child b
 user code (soft = hard), an allow-listed environment, a private working directory, and the
 parent's kill of the whole process group plus stragglers (see :mod:`.process`).
 
+The same launch starts a fresh-mode fork server (``child.py server``, :mod:`.serve`) at every
+level: it runs inside the same namespaces and read-only root, and each call it forks gets the
+guarantees above plus a mount and IPC namespace of its own (see :mod:`.forkserver`).
+
 Example::
 
     from agentrl.tools.sandbox.config import SandboxConfig

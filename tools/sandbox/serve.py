@@ -20,8 +20,8 @@ after the previous call ended, so the fork is off the next call's critical path)
   ``/dev/shm``, which vanish with its last process; then waits for its request;
 - keeps only the call's stdio (and, at the rlimits level, its lifeline) open, works in the
   host directory ``workdir`` made for the call at the rlimits level;
-- becomes the call's leased uid (no capabilities left), applies the call's rlimits and a
-  seccomp filter that refuses the kernel keyrings, and runs the code.
+- becomes the call's leased uid (no capabilities left), applies the call's rlimits, and runs
+  the code, under the server's seccomp filter (inherited) that refuses the kernel keyrings.
 
 The server is a child subreaper: everything the call starts, daemons included, stays its
 descendant. When the code's process ends, or the trainer closes the control socket (a kill,
@@ -158,7 +158,6 @@ def code_process(chan, sock_fd, mounts):
         if workdir:
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
         set_limits(limits + ("" if uid < 0 else ",UID=%d" % uid))  # noqa: F821 - from child.py
-        install_filter()
         import sys
 
         sys.argv[:] = ["-c"]
@@ -221,8 +220,9 @@ def run_call(req, fds, child):
     ctl_fd = fds[2]
     try:
         socket.send_fds(chan, [req], fds)
-    except OSError:
-        pass  # the child died before the call: it is reaped below and reported as it ended
+    except OSError:  # the child forked for this call died before it: no status, the trainer replaces us
+        os.waitpid(pid, 0)
+        return
     finally:
         chan.close()
     pidfd = os.pidfd_open(pid)
@@ -292,6 +292,7 @@ def serve(sock_fd, namespaces, disk_bytes, keep):
 
     _libc = ctypes.CDLL(None, use_errno=True)
     _filter = build_filter()
+    install_filter()  # inherited by every child: the code's process runs under it at no cost per call
     for name in ("mount", "umount2", "unshare", "prctl"):  # resolved once, not in every child
         getattr(_libc, name)
     _sys("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
