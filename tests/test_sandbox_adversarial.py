@@ -293,7 +293,11 @@ def test_write_to_system_paths(host: Host) -> None:
     needs(host, "separation")
     code = "for path in ('/etc/agentrl-test', '/usr/lib/agentrl-test', '/root/agentrl-test'):\n    try:\n        open(path, 'w').write('x'); print('wrote', path)\n    except OSError as e:\n        print('refused', type(e).__name__)\n"
     r = attempt(host, code)
-    assert "wrote" not in r.output
+    assert "wrote /etc" not in r.output and "wrote /usr" not in r.output
+    if "wrote /root" in r.output:
+        # Not root: the sandbox's /root is its own empty tmpfs, which the user-namespace root of
+        # the sandbox owns; the host's /root is untouched.
+        assert not ROOT and host.namespaces and not os.path.exists("/root/agentrl-test")
 
 
 def test_write_to_site_packages(host: Host) -> None:
@@ -375,6 +379,12 @@ def test_become_root(host: Host) -> None:
     needs(host, "separation")
     code = "import os\ntry:\n    os.setuid(0); print('root!')\nexcept OSError as e:\n    print('refused', type(e).__name__)\nprint(os.getuid())\n"
     r = attempt(host, code)
+    if not ROOT and host.ex.isolation_level == "unshare":
+        # Not root, the unshare level runs the code as root of its own user namespace, mapped to
+        # this (unprivileged) user outside: nothing to gain there. It must map to nobody else.
+        uid_map = attempt(host, "print(open('/proc/self/uid_map').read().split())").output
+        assert eval(uid_map) == ["0", str(os.getuid()), "1"]  # noqa: S307 - our own printed list
+        return
     assert "root!" not in r.output and r.output.splitlines()[-1] != "0"
 
 
