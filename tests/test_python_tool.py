@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from isolation_levels import level_params
 
 from agentrl.toolbox import ToolBox
 from agentrl.tools.python import python_tool
@@ -28,7 +29,7 @@ def executor_at(level: str) -> LocalExecutor:
         pytest.skip(f"isolation level {level} not available here: {exc}")
 
 
-@pytest.fixture(scope="module", params=LEVELS)
+@pytest.fixture(scope="module", params=level_params())
 def ex(request: pytest.FixtureRequest) -> LocalExecutor:
     """Every observation and limit test runs at each isolation level this machine offers: a
     machine with bubblewrap still tests the fallbacks a user without it gets."""
@@ -311,7 +312,7 @@ def test_tool_argument_errors() -> None:
 # --- isolation levels -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", level_params())
 def test_each_level_runs_code_unprivileged_without_secrets(level: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTRL_TEST_SECRET", "s3cr3t-level")
     ex = executor_at(level)

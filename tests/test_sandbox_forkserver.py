@@ -30,6 +30,7 @@ from pathlib import Path
 
 import private_mount
 import pytest
+from isolation_levels import level_params
 
 from agentrl.tools.sandbox import LocalExecutor, SandboxConfig
 from agentrl.tools.sandbox.isolation import LEVELS, PYTHON
@@ -92,7 +93,7 @@ def executor_at(level: str, **changes: object) -> LocalExecutor:
     return ex
 
 
-@pytest.fixture(scope="module", params=LEVELS)
+@pytest.fixture(scope="module", params=level_params())
 def level(request: pytest.FixtureRequest) -> str:
     return request.param
 

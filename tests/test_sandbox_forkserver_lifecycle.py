@@ -17,13 +17,14 @@ import sys
 import time
 
 import pytest
+from isolation_levels import level_params
 from test_sandbox_forkserver import CFG, ROOT, UID_BASE, UID_COUNT, cmdline, executor_at, host_pids
 
 from agentrl.tools.sandbox import LocalExecutor
 from agentrl.tools.sandbox.isolation import LEVELS
 
 
-@pytest.fixture(scope="module", params=LEVELS)
+@pytest.fixture(scope="module", params=level_params())
 def level(request: pytest.FixtureRequest) -> str:
     return request.param
 
