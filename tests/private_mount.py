@@ -38,3 +38,24 @@ def shell_command(inner: str, stage: str, *, expose_python: bool = True, hide_bw
     if hide_bwrap and bwrap:
         steps.append(f"mount --bind /dev/null {shlex.quote(os.path.realpath(bwrap))}")
     return ["unshare", "--mount", "sh", "-c", " && ".join([*steps, inner])]
+
+
+def rerun_pytest(args: str, *, env: str = "", timeout: float = 600) -> str:
+    """Run ``pytest -v -rs args`` (test paths and options, shell words) from the repository root
+    in the changed namespace (interpreter reachable, bubblewrap hidden); ``env`` is prefixed as
+    ``NAME=value`` words. Returns the output; raises AssertionError (with its tail) on failure."""
+    import tempfile
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    stage = tempfile.mkdtemp(prefix="agentrl-stage-")
+    try:
+        os.chmod(stage, 0o755)
+        inner = f"cd {shlex.quote(str(repo))} && {env} exec {sys.executable} -m pytest -v -rs -p no:cacheprovider {args}"
+        done = subprocess.run(shell_command(inner, stage, expose_python=True, hide_bwrap=True),
+                              capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.rmdir(stage)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    return out

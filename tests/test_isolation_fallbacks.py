@@ -10,11 +10,7 @@ made reachable, so the unshare and rlimits levels are tested on this machine too
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import private_mount
@@ -27,17 +23,7 @@ TESTS = Path(__file__).resolve().parent
 def test_python_tool_suite_without_bubblewrap() -> None:
     if not private_mount.available():
         pytest.skip("needs root and mount namespaces (run as root to test every isolation level)")
-    stage = tempfile.mkdtemp(prefix="agentrl-stage-")
-    try:
-        os.chmod(stage, 0o755)
-        inner = (f"cd {TESTS.parent} && exec {sys.executable} -m pytest -v -rs -p no:cacheprovider "
-                 f"{TESTS / 'test_python_tool.py'}")
-        argv = private_mount.shell_command(inner, stage, expose_python=True, hide_bwrap=True)
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    finally:
-        os.rmdir(stage)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-4000:]
+    out = private_mount.rerun_pytest(str(TESTS / "test_python_tool.py"))
     summary = out.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
     # Inside, only bubblewrap is missing: every skip names it, and the other levels ran.

@@ -316,17 +316,8 @@ def test_forkserver_suite_without_bubblewrap() -> None:
         pytest.skip("already inside the rerun")
     if not private_mount.available():
         pytest.skip("needs root and mount namespaces")
-    stage = tempfile.mkdtemp(prefix="agentrl-stage-")
-    try:
-        os.chmod(stage, 0o755)
-        inner = (f"cd {TESTS.parent} && AGENTRL_FS_INNER=1 exec {sys.executable} -m pytest -v -rs -p no:cacheprovider "
-                 f"{Path(__file__).resolve()} {TESTS / 'test_sandbox_forkserver_lifecycle.py'} -k 'rlimits or unshare'")
-        argv = private_mount.shell_command(inner, stage, expose_python=True, hide_bwrap=True)
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    finally:
-        os.rmdir(stage)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-4000:]
+    out = private_mount.rerun_pytest(f"{Path(__file__).resolve()} {TESTS / 'test_sandbox_forkserver_lifecycle.py'} "
+                                     "-k 'rlimits or unshare'", env="AGENTRL_FS_INNER=1")
     for lvl in ("unshare", "rlimits"):
         assert len(re.findall(rf"\[{lvl}\] PASSED", out)) >= 15, f"the {lvl} level did not run:\n{out[-3000:]}"
     skips = [line for line in out.splitlines() if line.startswith("SKIPPED")]

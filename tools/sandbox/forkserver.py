@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING
 
 from .capture import OutputCapture
 from .isolation import _under_private_tmp, remove_tree
-from .process import kill_uid, pump
+from .process import PipePump, kill_uid, pump
 from .result import ExecResult
 
 if TYPE_CHECKING:
     from .local import LocalExecutor
 
 SERVER_CODE = marshal.dumps(compile(Path(__file__).with_name("serve.py").read_text(), "<sandbox-server>", "exec")).hex()
-_CHUNK = 65536
 # How long a stopped call's supervisor may take to report (it kills a pid namespace: microseconds
 # normally); past it the call is treated as an anomaly and its uid swept from here.
 _STOP_GRACE_S = 5.0
@@ -62,7 +61,7 @@ class CallOutcome:
     anomaly: str | None  # why the server is no longer trusted, or None
 
 
-class ForkedCall:
+class ForkedCall(PipePump):
     """One call in flight, shaped for :func:`.process.pump` (``pidfd`` is the control socket:
     readable once the status line, or EOF, arrives)."""
 
@@ -80,31 +79,6 @@ class ForkedCall:
         os.set_blocking(in_fd, False)
         ctl.setblocking(False)
         self.write_pending()
-
-    def read_available(self) -> None:
-        while self.stdout_open:
-            try:
-                data = os.read(self.stdout_fd, _CHUNK)
-            except BlockingIOError:
-                return
-            if not data:
-                self.stdout_open = False
-                return
-            self.capture.feed(data)
-
-    def write_pending(self) -> None:
-        if self.in_fd is None:
-            return
-        try:
-            n = os.write(self.in_fd, self.pending[:_CHUNK]) if self.pending else 0
-        except BlockingIOError:
-            return
-        except OSError:  # the code's process is gone: what it did not read is dropped
-            n = len(self.pending)
-        self.pending = self.pending[n:]
-        if not self.pending:
-            os.close(self.in_fd)
-            self.in_fd = None
 
     def mark_exited(self) -> None:
         """Read the status line; the call is over at its newline or at EOF (then it was lost)."""

@@ -30,7 +30,49 @@ from .capture import OutputCapture
 _CHUNK = 65536
 
 
-class SandboxProcess:
+class PipePump:
+    """The parent's side of a run's pipes, pumped without blocking by :func:`pump`: output into
+    ``capture``, ``pending`` bytes into ``in_fd`` as fast as the child reads them. Used by a
+    sandboxed process and by a call forked from a warm server alike."""
+
+    capture: OutputCapture
+    stdout_fd: int
+    stdout_open: bool
+    in_fd: int | None
+    pending: bytes
+
+    def read_available(self) -> None:
+        """Read what the pipe holds now (non-blocking) into the capture."""
+        while self.stdout_open:
+            try:
+                data = os.read(self.stdout_fd, _CHUNK)
+            except BlockingIOError:
+                return
+            if not data:
+                self.stdout_open = False
+                return
+            self.capture.feed(data)
+
+    def write_pending(self) -> None:
+        if self.in_fd is None:
+            return
+        try:
+            n = os.write(self.in_fd, self.pending[:_CHUNK]) if self.pending else 0
+        except BlockingIOError:
+            return
+        except OSError:  # the child closed its end: what it did not read is dropped
+            n = len(self.pending)
+        self.pending = self.pending[n:]
+        if not self.pending:
+            self.close_input()
+            self.in_fd = None
+
+    def close_input(self) -> None:
+        """All input written: end it (the child reads EOF)."""
+        os.close(self.in_fd)
+
+
+class SandboxProcess(PipePump):
     """One child: stdout and stderr merged into one capped capture, stdin fed from bytes."""
 
     def __init__(
@@ -75,18 +117,6 @@ class SandboxProcess:
         self.returncode: int | None = None
         self.killed = False
 
-    def read_available(self) -> None:
-        """Read what the pipe holds now (non-blocking) into the capture."""
-        while self.stdout_open:
-            try:
-                data = os.read(self.stdout_fd, _CHUNK)
-            except BlockingIOError:
-                return
-            if not data:
-                self.stdout_open = False
-                return
-            self.capture.feed(data)
-
     def send(self, fd: int, data: bytes, close_after: bool) -> None:
         """Queue ``data`` for ``fd`` (written by :func:`pump` as the child reads it)."""
         os.set_blocking(fd, False)
@@ -94,23 +124,13 @@ class SandboxProcess:
         if not data:
             self.write_pending()
 
-    def write_pending(self) -> None:
-        if self.in_fd is None:
+    def close_input(self) -> None:
+        if not self._close_in:
             return
-        try:
-            n = os.write(self.in_fd, self.pending[:_CHUNK]) if self.pending else 0
-        except BlockingIOError:
-            return
-        except OSError:  # the child closed its end: what it did not read is dropped
-            n = len(self.pending)
-        self.pending = self.pending[n:]
-        if not self.pending:
-            if self._close_in:
-                if self.popen.stdin is not None and self.popen.stdin.fileno() == self.in_fd:
-                    self.popen.stdin.close()
-                else:
-                    os.close(self.in_fd)
-            self.in_fd = None
+        if self.popen.stdin is not None and self.popen.stdin.fileno() == self.in_fd:
+            self.popen.stdin.close()
+        else:
+            os.close(self.in_fd)
 
     def mark_exited(self) -> None:
         """Note the launcher's exit status *without reaping it*: while it is a zombie its pid
