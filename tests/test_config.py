@@ -130,3 +130,12 @@ def test_a_new_engine_is_one_class_and_one_registry_line(monkeypatch):
         resolve_async(load_config(None, ["model.engine=echo", "train.max_staleness=1"]), 1)
     with pytest.raises(ConfigError, match=r"model.engine: 'sglang' is not one of \['hf', 'vllm', 'echo'\]"):
         load_config(None, ["model.engine=sglang"])
+
+
+def test_tools_fork_server_switch_reaches_the_python_tool():
+    from agentrl.run.build import configured_tools, make_env
+
+    for on in (True, False):
+        cfg = load_config(None, [f"tools.fork_server={str(on).lower()}"])
+        (python,) = configured_tools(cfg, make_env(cfg))
+        assert python.executor.config.fork_server is on

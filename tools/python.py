@@ -59,7 +59,11 @@ class PythonTool(Tool):
 
     def with_timeout(self, seconds: float) -> "PythonTool":
         """The same tool with a time limit of ``seconds`` (sandbox and description rebuilt)."""
-        return python_tool(**{**self._settings, "timeout": seconds})
+        return self.with_settings(timeout=seconds)
+
+    def with_settings(self, **changes: Any) -> "PythonTool":
+        """The same tool built with some :func:`python_tool` arguments changed."""
+        return python_tool(**{**self._settings, **changes})
 
 
 def python_tool(

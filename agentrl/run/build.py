@@ -122,6 +122,14 @@ def make_engine(cfg: Config, model, tokenizer, model_path: str):
     return engine_class(cfg.model.engine).from_run(cfg, model, tokenizer, model_path)
 
 
+def configured_tools(cfg: Config, env) -> list:
+    """The environment's tools with the run's tool settings applied (``tools.fork_server``)."""
+    from agentrl.tools.python import PythonTool
+
+    return [t.with_settings(fork_server=False) if isinstance(t, PythonTool) and not cfg.tools.fork_server else t
+            for t in env.tools()]
+
+
 def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | None = None) -> Runtime:
     """Load the model at ``model_path`` and wire engine, chat template, tools and rollout.
 
@@ -153,7 +161,7 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     set_threads(cfg.model.num_threads, model)
     engine = make_engine(cfg, sampler if sampler is not None else model, tok, model_path)
     chat = ChatTemplate(tok, cfg.model.template, tool_call_format=cfg.model.tool_call_format)
-    box = ToolBox(env.tools(), tokenizer=tok, default_timeout=cfg.tools.timeout,
+    box = ToolBox(configured_tools(cfg, env), tokenizer=tok, default_timeout=cfg.tools.timeout,
                   max_output_tokens=cfg.tools.max_output_tokens)
     rollout_cfg = cfg.rollout
     if rollout_cfg.answer_pattern is None and isinstance(env, HasAnswerPattern) and env.answer_pattern:

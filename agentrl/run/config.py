@@ -62,6 +62,9 @@ class ToolsConfig:
     # sandbox enforces it on the code and tells the model; a tool built with its own timeout wins.
     timeout: float = 10.0
     max_output_tokens: int = 256  # tool observations are capped to this many tokens
+    # python tool, fresh mode: fork each call from a warm server in the sandbox (as root), or
+    # false for one interpreter per call
+    fork_server: bool = True
 
 
 @dataclass
