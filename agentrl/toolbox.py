@@ -41,7 +41,6 @@ import copy
 import inspect
 import json
 import logging
-import threading
 import time
 import types
 import typing
@@ -51,6 +50,7 @@ from typing import Any, Awaitable, Callable
 from jsonschema import Draft202012Validator
 
 from agentrl.tool_output import cap_tokens, to_text
+from agentrl.tool_threads import WORKERS
 from agentrl.tool_schema import argument_errors, coerce_integers, function_schema, signature_hint
 
 __all__ = ["tool", "Tool", "ToolBox", "ToolContext", "ToolResult", "cap_tokens"]
@@ -211,10 +211,10 @@ def tool(
 class ToolBox:
     """The tools of an environment and the policy for running them.
 
-    Sync tools run in their own daemon thread, so a slow one never blocks the event loop; on
-    timeout it is abandoned (Python cannot kill a thread) while async tools are cancelled. A
-    fresh thread per call rather than a shared pool: a few hung tools would otherwise fill the
-    pool and make every later call time out while queued, and would block interpreter exit.
+    Sync tools run in a daemon thread of their own, so a slow one never blocks the event loop;
+    on timeout it is abandoned (Python cannot kill a thread) while async tools are cancelled.
+    Idle threads are reused, but never one whose call hangs (:mod:`agentrl.tool_threads`): a
+    few hung tools cannot fill a pool and make every later call time out while queued.
     """
 
     def __init__(
@@ -314,8 +314,8 @@ _UNIONS: tuple[object, ...] = (typing.Union, getattr(types, "UnionType", typing.
 
 
 async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
-    """Run ``fn(**kwargs)`` in a new daemon thread; awaiting can be cancelled (the thread is
-    then abandoned and its result dropped)."""
+    """Run ``fn(**kwargs)`` on a worker thread of its own (:mod:`agentrl.tool_threads`);
+    awaiting can be cancelled (the thread is then abandoned and its result dropped)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     ctx = contextvars.copy_context()
@@ -340,7 +340,7 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) 
         except RuntimeError:
             pass  # the event loop is closed: nobody is waiting any more
 
-    threading.Thread(target=work, name=f"tool-{name}", daemon=True).start()
+    WORKERS.submit(work)
     return await future
 
 
