@@ -174,7 +174,7 @@ class Tool:
             if self.is_async:
                 value = await self.fn(**kwargs)
             else:
-                value = await _in_thread(self.fn, kwargs, self.name)
+                value = await _in_thread(self.fn, kwargs)
             if inspect.isawaitable(value):
                 value = await value
         except SystemExit as exc:
@@ -292,7 +292,7 @@ class ToolBox:
 
 
 async def _call_cleanup(fn: Callable[[], object]) -> None:
-    value = await fn() if inspect.iscoroutinefunction(fn) else await _in_thread(fn, {}, "cleanup")
+    value = await fn() if inspect.iscoroutinefunction(fn) else await _in_thread(fn, {})
     if inspect.isawaitable(value):
         await value
 
@@ -313,7 +313,7 @@ def _context_parameter(fn: Callable[..., Any]) -> str | None:
 _UNIONS: tuple[object, ...] = (typing.Union, getattr(types, "UnionType", typing.Union))
 
 
-async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run ``fn(**kwargs)`` on a worker thread of its own (:mod:`agentrl.tool_threads`);
     awaiting can be cancelled (the thread is then abandoned and its result dropped)."""
     loop = asyncio.get_running_loop()

@@ -28,10 +28,23 @@ Example::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from agentrl.engines.base import Generation, SamplingParams
+
+_TOOL_OUT = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
+
+
+def answer_from_tool_output(text: str, sampled: list[int]) -> str:
+    """The answer turn of the scripted arithmetic workloads: the last tool result, made wrong
+    (+1) on attempts whose first sampled token is odd, so groups have reward variance."""
+    outs = _TOOL_OUT.findall(text)
+    value = outs[-1].strip() if outs else "0"
+    if sampled and sampled[0] % 2 and value.lstrip("-").isdigit():
+        value = str(int(value) + 1)
+    return value
 
 
 @dataclass

@@ -35,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from scripted_turns import ScriptedTurnsEngine, TurnScript  # noqa: E402
+from scripted_turns import ScriptedTurnsEngine, TurnScript, answer_from_tool_output  # noqa: E402
 
 from agentrl.run.config import Config, load_config  # noqa: E402
 from agentrl.run.trainer import Trainer  # noqa: E402
@@ -43,7 +43,6 @@ from agentrl.types import Message  # noqa: E402
 
 CONFIG = HERE.parent / "examples" / "arithmetic_ci.yaml"
 _USER_EXPR = re.compile(r"<\|im_start\|>user\n(.*?)=\?<\|im_end\|>", re.DOTALL)
-_TOOL_OUT = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
 
 
 @dataclass
@@ -83,14 +82,8 @@ def arithmetic_script(tokenizer, tool_turns: int, turn_tokens: int) -> TurnScrip
         expr = exprs[-1] if exprs else "1+1"
         return json.dumps({"name": "python", "arguments": {"code": f"print({expr})"}})
 
-    def answer(text: str, sampled: list[int]) -> str:
-        outs = _TOOL_OUT.findall(text)
-        value = outs[-1].strip() if outs else "0"
-        if sampled and sampled[0] % 2 and value.lstrip("-").isdigit():
-            value = str(int(value) + 1)
-        return value
-
-    return TurnScript(tokenizer, turn_tokens=turn_tokens, tool_turns=tool_turns, call=call, answer=answer)
+    return TurnScript(tokenizer, turn_tokens=turn_tokens, tool_turns=tool_turns, call=call,
+                      answer=answer_from_tool_output)
 
 
 def build_config(args, out_dir: str) -> Config:

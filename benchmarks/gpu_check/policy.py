@@ -27,7 +27,6 @@ from gpu_check.results import StepTiming, TrainStepData
 
 CONFIG = REPO / "examples" / "arithmetic_ci.yaml"
 _EXPR = re.compile(r"^[0-9+\-*/() ]+$")
-_TOOL_OUT = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
 
 
 @dataclass
@@ -89,7 +88,7 @@ def arithmetic_script(trainer, turn_tokens: int, tool_turns: int):
     """Forced turns for the arithmetic tasks: ``print(<expression>)`` in the python tool, then an
     answer copying the tool's output, made wrong on an odd coin so that groups carry signal."""
     from agentrl import Message
-    from scripted_turns import TurnScript
+    from scripted_turns import TurnScript, answer_from_tool_output
 
     # Qwen2.5's template spells out <tool_call> in its system prompt: count only the calls after it.
     probe = trainer.chat.encode_prompt([Message("system", trainer.env.system_prompt), Message("user", "1+1=?")],
@@ -107,15 +106,8 @@ def arithmetic_script(trainer, turn_tokens: int, tool_turns: int):
         code = f"print({expr})" if _EXPR.match(expr) else "print(6 * 7)"
         return json.dumps({"name": "python", "arguments": {"code": code}})
 
-    def answer(text: str, sampled: list[int]) -> str:
-        outs = _TOOL_OUT.findall(text)
-        value = outs[-1].strip() if outs else "0"
-        if sampled and sampled[0] % 2 and value.lstrip("-").isdigit():
-            value = str(int(value) + 1)
-        return value
-
     script = QwenTurnScript(trainer.tokenizer, turn_tokens=turn_tokens, tool_turns=tool_turns, call=call,
-                            answer=answer)
+                            answer=answer_from_tool_output)
     script.base = probe.count(script.call_tag)
     return script
 
