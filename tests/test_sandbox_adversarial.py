@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import os
 import secrets
 import shutil
@@ -506,11 +507,20 @@ def run_in_private_mount_namespace(body: str, as_uid: int | None = None) -> str:
         os.chmod(work, 0o755)
         script = work / "cases.py"
         script.write_text(body)
+        # The checkout may sit below a directory other uids cannot enter (CI clones into a
+        # `mktemp -d`, mode 0700): the package travels with the script, first on the path.
+        # (The editable install maps agentrl.tools/envs/templates from top-level folders.)
+        for sub in ("", "tools", "envs", "templates"):
+            module = importlib.import_module(f"agentrl.{sub}" if sub else "agentrl")
+            shutil.copytree(Path(module.__file__).parent, work / "agentrl" / sub, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
         stage = work / "stage"
         stage.mkdir()
         user = f"setpriv --reuid {as_uid} --regid {as_uid} --clear-groups -- " if as_uid is not None else ""
-        argv = private_mount.shell_command(f"cd / && exec {user}{sys.executable} {script}", str(stage))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        # ... and so may the venv: the base interpreter runs, the copied package first on its path.
+        python = os.path.realpath(sys.executable)
+        argv = private_mount.shell_command(f"cd / && exec {user}{python} {script}", str(stage))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join([str(work), *(p for p in sys.path if p)]),
                "HOME": "/tmp", "AGENTRL_TEST_SECRET": SECRET}
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     finally:
