@@ -1,8 +1,17 @@
 """The multi-turn rollout engine: tasks x G attempts -> masked trajectories.
 
-Each turn, every active attempt generates together in one batch; the tool calls of the
-turn then run concurrently (a slow tool in one attempt does not serialize the others);
-their results are appended as token ids taken from the chat template's rendering delta
+Two loops produce the same kind of trajectory:
+
+- **per attempt** (engines with ``capabilities.per_request_async``, the default for them):
+  every attempt is its own coroutine, generate -> parse -> run its tools -> append the
+  observation -> generate, with no turn barrier. The engine batches whatever requests are in
+  flight at each decode step (continuous batching), so an attempt whose tool returns rejoins
+  decoding at once while others still decode or wait on their tools. Each attempt-turn samples
+  from its own random stream (``attempt_seed``), whatever else shares its batches.
+- **lock-step** (every other engine, or ``loop="lockstep"``): each turn, every active attempt
+  generates together in one batch, then the turn's tool calls run concurrently.
+
+Observations are appended as token ids taken from the chat template's rendering delta
 (token-in-token-out: the sampled ids are never decoded and re-encoded).
 
 Example::
@@ -33,12 +42,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 from dataclasses import dataclass, field
 
 from agentrl.chat import ChatTemplate, Segment
-from agentrl.engines.base import Engine, SamplingParams
+from agentrl.engines.base import Engine, Generation, SamplingParams
 from agentrl.sequence import TokenSequence
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult
 from agentrl.types import Message, Task, ToolCall, ToolCallRecord, Trajectory
@@ -60,17 +70,57 @@ class RolloutConfig:
     # A turn with no tool call that does not match this counts as "void" (SimpleTIR);
     # None: the environment's ``answer_pattern`` when it has one, else <answer>...</answer>.
     answer_pattern: str | None = None
+    # "auto": per attempt when the engine serves requests one by one, else lock-step.
+    loop: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.loop not in LOOPS:
+            raise ValueError(f"rollout.loop={self.loop!r}: choose one of {', '.join(LOOPS)}")
+
+
+LOOPS = ("auto", "attempt", "lockstep")
+
+
+def attempt_seed(seed: int, group_id: str, sample_index: int, turn: int) -> int:
+    """The seed of one attempt-turn's random stream: a hash of (run seed, group, sample,
+    turn), so its tokens do not depend on the other attempts of the batch.
+
+    >>> attempt_seed(0, "t0", 1, 2) == attempt_seed(0, "t0", 1, 2) != attempt_seed(0, "t0", 2, 2)
+    True
+    """
+    digest = hashlib.blake2b(f"{seed}/{group_id}/{sample_index}/{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # torch seeds are < 2**63
 
 
 @dataclass
 class RolloutStats:
-    """Where the time of one batch went."""
+    """Where the time of one batch went. In the per-attempt loop generation and tools
+    overlap: ``generate_s + tools_s`` may exceed ``total_s``."""
 
-    generate_s: float = 0.0  # inside engine.generate
-    tools_s: float = 0.0  # wall time of the concurrent tool phases
+    generate_s: float = 0.0  # lock-step: inside engine.generate; per attempt: the engine's compute
+    tools_s: float = 0.0  # wall time during which at least one tool call was running
     total_s: float = 0.0
     sampled_tokens: int = 0
-    turns: int = 0  # batched generation calls
+    turns: int = 0  # lock-step: batched generation calls; per attempt: generation requests
+    loop: str = "lockstep"  # which loop ran
+
+
+class _ToolClock:
+    """Wall time during which at least one tool call is in flight (the union of their spans)."""
+
+    def __init__(self) -> None:
+        self.seconds, self._running, self._since = 0.0, 0, 0.0
+
+    async def timed(self, call):
+        if self._running == 0:
+            self._since = time.perf_counter()
+        self._running += 1
+        try:
+            return await call
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self.seconds += time.perf_counter() - self._since
 
 
 @dataclass
@@ -133,25 +183,10 @@ class RolloutRunner:
                 ctx = self.toolbox.new_context(f"{group_prefix}{task.id}/{i}")
                 attempts.append(_Attempt(task, i, seq, list(head), ctx))
 
-        for turn in range(cfg.max_turns):
-            active = [a for a in attempts if a.finish_reason is None]
-            if not active:
-                break
-            t0 = time.perf_counter()
-            self._generate_turn(active, seed=None if seed is None else seed + 7919 * turn)
-            stats.generate_s += time.perf_counter() - t0
-            stats.turns += 1
-            calling = [a for a in active if a.finish_reason is None]
-            if turn == cfg.max_turns - 1:
-                for a in calling:
-                    a.finish_reason = "max_turns"
-                break
-            t0 = time.perf_counter()
-            await self._run_tools(calling, turn)
-            stats.tools_s += time.perf_counter() - t0
-            for a in calling:
-                self._append_observations(a, tools)
-
+        if self.uses_attempt_loop:
+            await self._run_attempts(attempts, tools, seed, group_prefix, stats)
+        else:
+            await self._run_lockstep(attempts, tools, seed, stats)
         trajectories = []
         for a in attempts:
             await self.toolbox.close(a.context)
@@ -160,52 +195,109 @@ class RolloutRunner:
         stats.total_s = time.perf_counter() - t_start
         return RolloutBatch(trajectories, stats)
 
-    # -- one turn -------------------------------------------------------------------------
+    @property
+    def uses_attempt_loop(self) -> bool:
+        """True when this runner runs one coroutine per attempt (see the module docstring)."""
+        caps = getattr(self.engine, "capabilities", None)
+        able = bool(getattr(caps, "per_request_async", False)) and hasattr(self.engine, "agenerate")
+        if self.config.loop == "attempt" and not able:
+            raise ValueError(f"rollout.loop='attempt' needs an engine that serves requests one by one "
+                             f"(per_request_async); {type(self.engine).__name__} does not: use loop='auto'")
+        return able and self.config.loop != "lockstep"
 
-    def _generate_turn(self, active: list[_Attempt], seed: int | None) -> None:
+    def _params(self, max_new_tokens: int, seed: int | None) -> SamplingParams:
         cfg = self.config
-        room = [cfg.max_total_tokens - len(a.seq) for a in active]
-        params = SamplingParams(
-            max_new_tokens=max(1, min(cfg.max_new_tokens, max(room))),
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            stop_token_ids=list(self.chat.stop_token_ids),
-            stop_strings=list(cfg.stop_strings),
-            seed=seed,
-        )
-        gens = self.engine.generate([a.seq.token_ids for a in active], params)
-        for a, g, budget in zip(active, gens, room):
-            ids, lps, finish = g.token_ids, g.logprobs, g.finish_reason
-            if len(ids) > budget:  # the row ran past the whole-sequence budget
-                ids, lps, finish = ids[:budget], lps[:budget], "length"
-            a.turns += 1
-            a.seq.append(ids, "model", lps)
-            stopped_on_token = bool(ids) and ids[-1] in self.chat.stop_token_ids
-            body = ids[:-1] if stopped_on_token else ids
-            text = self.tokenizer.decode(body, skip_special_tokens=False)
-            # The schemas type the arguments of formats that write them as text (XML forms).
-            parsed = self.chat.parse_assistant(text, self.toolbox.schemas() or None)
-            a.messages.append(Message("assistant", parsed.content, tool_calls=list(parsed.tool_calls)))
-            a.sampled_end = self.chat.turn_closers.get(ids[-1]) if stopped_on_token else None
-            if finish == "length" or not (stopped_on_token or finish == "stop"):
-                a.finish_reason = "length"
-                continue
-            a.pending = [*parsed.tool_calls, *parsed.errors]
-            if not a.pending:
-                if not self._answer_re.search(parsed.content):
-                    a.void_turns += 1
-                a.finish_reason = "stop"
+        return SamplingParams(max_new_tokens=max(1, min(cfg.max_new_tokens, max_new_tokens)),
+                              temperature=cfg.temperature, top_p=cfg.top_p,
+                              stop_token_ids=list(self.chat.stop_token_ids),
+                              stop_strings=list(cfg.stop_strings), seed=seed)
 
-    async def _run_tools(self, calling: list[_Attempt], turn: int) -> None:
-        jobs = []
-        for a in calling:
-            for call in a.pending:
-                jobs.append(self._one_call(a, call, turn))
-        results = await asyncio.gather(*jobs)
-        it = iter(results)
-        for a in calling:
-            a_results = [next(it) for _ in a.pending]
-            a.records.extend(a_results)
+    # -- the per-attempt loop -------------------------------------------------------------
+
+    async def _run_attempts(self, attempts: list[_Attempt], tools: list[dict] | None, seed: int | None,
+                            group_prefix: str, stats: RolloutStats) -> None:
+        batcher = getattr(self.engine, "batcher_stats", None)
+        busy0 = batcher.busy_s if batcher is not None else 0.0
+        clock = _ToolClock()
+        await asyncio.gather(*(self._attempt(a, tools, seed, group_prefix, clock) for a in attempts))
+        batcher = getattr(self.engine, "batcher_stats", None)
+        stats.generate_s = batcher.busy_s - busy0 if batcher is not None else 0.0
+        stats.tools_s = clock.seconds
+        stats.turns = sum(a.turns for a in attempts)
+        stats.loop = "attempt"
+
+    async def _attempt(self, a: _Attempt, tools: list[dict] | None, seed: int | None, group_prefix: str,
+                       clock: _ToolClock) -> None:
+        for turn in range(self.config.max_turns):
+            budget = self.config.max_total_tokens - len(a.seq)
+            s = None if seed is None else attempt_seed(seed, f"{group_prefix}{a.task.id}", a.sample_index, turn)
+            gen = await self.engine.agenerate(a.seq.token_ids, self._params(budget, s))
+            self._absorb(a, gen, budget)
+            if a.finish_reason is not None:
+                return
+            if turn == self.config.max_turns - 1:
+                a.finish_reason = "max_turns"
+                return
+            records = await clock.timed(asyncio.gather(*(self._one_call(a, c, turn) for c in a.pending)))
+            a.records.extend(records)
+            self._append_observations(a, tools)
+            if a.finish_reason is not None:
+                return
+
+    # -- the lock-step loop ---------------------------------------------------------------
+
+    async def _run_lockstep(self, attempts: list[_Attempt], tools: list[dict] | None, seed: int | None,
+                            stats: RolloutStats) -> None:
+        cfg = self.config
+        for turn in range(cfg.max_turns):
+            active = [a for a in attempts if a.finish_reason is None]
+            if not active:
+                break
+            t0 = time.perf_counter()
+            room = [cfg.max_total_tokens - len(a.seq) for a in active]
+            params = self._params(max(room), None if seed is None else seed + 7919 * turn)
+            gens = self.engine.generate([a.seq.token_ids for a in active], params)
+            for a, g, budget in zip(active, gens, room):
+                self._absorb(a, g, budget)
+            stats.generate_s += time.perf_counter() - t0
+            stats.turns += 1
+            calling = [a for a in active if a.finish_reason is None]
+            if turn == cfg.max_turns - 1:
+                for a in calling:
+                    a.finish_reason = "max_turns"
+                break
+            t0 = time.perf_counter()
+            results = await asyncio.gather(*(self._one_call(a, c, turn) for a in calling for c in a.pending))
+            stats.tools_s += time.perf_counter() - t0
+            it = iter(results)
+            for a in calling:
+                a.records.extend(next(it) for _ in a.pending)
+                self._append_observations(a, tools)
+
+    # -- one turn of one attempt ----------------------------------------------------------
+
+    def _absorb(self, a: _Attempt, g: Generation, budget: int) -> None:
+        """Append a sampled turn to the attempt, parse it, and decide what comes next."""
+        ids, lps, finish = g.token_ids, g.logprobs, g.finish_reason
+        if len(ids) > budget:  # the row ran past the whole-sequence budget
+            ids, lps, finish = ids[:budget], lps[:budget], "length"
+        a.turns += 1
+        a.seq.append(ids, "model", lps)
+        stopped_on_token = bool(ids) and ids[-1] in self.chat.stop_token_ids
+        body = ids[:-1] if stopped_on_token else ids
+        text = self.tokenizer.decode(body, skip_special_tokens=False)
+        # The schemas type the arguments of formats that write them as text (XML forms).
+        parsed = self.chat.parse_assistant(text, self.toolbox.schemas() or None)
+        a.messages.append(Message("assistant", parsed.content, tool_calls=list(parsed.tool_calls)))
+        a.sampled_end = self.chat.turn_closers.get(ids[-1]) if stopped_on_token else None
+        if finish == "length" or not (stopped_on_token or finish == "stop"):
+            a.finish_reason = "length"
+            return
+        a.pending = [*parsed.tool_calls, *parsed.errors]
+        if not a.pending:
+            if not self._answer_re.search(parsed.content):
+                a.void_turns += 1
+            a.finish_reason = "stop"
 
     async def _one_call(self, a: _Attempt, call: ToolCall | str, turn: int) -> ToolCallRecord:
         if isinstance(call, str):  # the model wrote a call that could not be parsed

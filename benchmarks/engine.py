@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.engines.base import SamplingParams
-from agentrl.engines.decode import FastDecoder, StockDecoder
+from agentrl.engines.decode import FastDecoder
+from agentrl.engines.stock_decoder import StockDecoder
 from agentrl.engines.hf import HFEngine
 from agentrl.models.tiny import ensure_tiny_model
 

@@ -108,13 +108,25 @@ class ScriptedTurnsEngine:
     def sync_weights(self, model=None) -> None:
         self.inner.sync_weights(model)
 
+    @property
+    def capabilities(self):
+        return self.inner.capabilities
+
+    @property
+    def batcher_stats(self):
+        return self.inner.batcher_stats
+
+    def _forced(self, params: SamplingParams) -> SamplingParams:
+        return replace(params, max_new_tokens=self.script.turn_tokens, stop_token_ids=[], stop_strings=[])
+
+    def _scripted(self, prompt: list[int], g: Generation) -> Generation:
+        if len(g.token_ids) != self.script.turn_tokens:
+            raise RuntimeError(f"the inner engine sampled {len(g.token_ids)} tokens, expected {self.script.turn_tokens}")
+        return Generation(self.script.ids(prompt, g.token_ids), list(g.logprobs), "stop")
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        n = self.script.turn_tokens
-        forced = replace(params, max_new_tokens=n, stop_token_ids=[], stop_strings=[])
-        gens = self.inner.generate(prompts, forced)
-        out = []
-        for prompt, g in zip(prompts, gens):
-            if len(g.token_ids) != n:
-                raise RuntimeError(f"the inner engine sampled {len(g.token_ids)} tokens, expected {n}")
-            out.append(Generation(self.script.ids(prompt, g.token_ids), list(g.logprobs), "stop"))
-        return out
+        gens = self.inner.generate(prompts, self._forced(params))
+        return [self._scripted(p, g) for p, g in zip(prompts, gens)]
+
+    async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:
+        return self._scripted(prompt, await self.inner.agenerate(prompt, self._forced(params)))

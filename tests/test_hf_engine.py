@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from agentrl.engines.base import SamplingParams
-from agentrl.engines.decode import FastDecoder, StockDecoder, make_decoder, max_logit_gap
-from agentrl.engines.hf import HFEngine, StopStrings, sample_tokens
+from agentrl.engines.decode import FastDecoder, make_decoder, max_logit_gap
+from agentrl.engines.hf import HFEngine
+from agentrl.engines.sampling import StopStrings, sample_tokens
+from agentrl.engines.stock_decoder import StockDecoder
 from agentrl.engines.prefix_cache import PrefillPlan, PrefixCache
 from agentrl.models.tiny import build_tiny_model
 

@@ -24,75 +24,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from agentrl.engines.prefix_cache import PrefillPlan, PrefixCache
+from agentrl.engines.stock_decoder import StockDecoder
 
 FAST_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 # Largest prefill attention mask, in elements: 64 MiB in float32. Prefill attention runs on as
 # many rows at a time as fit (the mask grows as rows * heads per KV head * window * width).
 _MASK_ELEMENTS = 1 << 24
-
-
-@dataclass
-class PaddedPrompts:
-    """Prompts left-padded to one length: ``ids[b, L - lengths[b]:]`` is prompt ``b``."""
-
-    ids: Tensor  # (B, L) long, pad positions hold 0
-    valid: Tensor  # (B, L) bool, False on left padding
-    positions: Tensor  # (B, L) long, 0 at each prompt's first real token (pads clamp to 0)
-
-    @classmethod
-    def build(cls, prompts: list[list[int]], device: torch.device) -> "PaddedPrompts":
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        valid = torch.zeros(len(prompts), width, dtype=torch.bool)
-        for b, p in enumerate(prompts):
-            ids[b, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            valid[b, width - len(p):] = True
-        positions = (valid.long().cumsum(-1) - 1).clamp_(min=0)
-        return cls(ids.to(device), valid.to(device), positions.to(device))
-
-
-class StockDecoder:
-    """The model's own forward with a ``DynamicCache``; works for any causal LM (no prefix reuse)."""
-
-    prefix_cache: PrefixCache | None = None  # never used: every prompt is prefilled whole
-
-    def __init__(self, model):
-        self.model = model
-        self.computed_tokens = 0
-
-    @torch.no_grad()
-    def prefill(self, prompts: list[list[int]], max_new_tokens: int) -> Tensor:
-        dev = self.model.get_input_embeddings().weight.device
-        batch = PaddedPrompts.build(prompts, dev)
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache(config=self.model.config)
-        self.computed_tokens = int(batch.valid.sum())
-        self.mask = batch.valid.long()
-        self.next_pos = batch.positions[:, -1] + 1
-        out = self.model(input_ids=batch.ids, attention_mask=self.mask, position_ids=batch.positions,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].float()
-
-    @torch.no_grad()
-    def step(self, tokens: Tensor) -> Tensor:
-        self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
-        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.next_pos[:, None],
-                         past_key_values=self.cache, use_cache=True)
-        self.next_pos = self.next_pos + 1
-        return out.logits[:, -1].float()
-
-    @torch.no_grad()
-    def keep(self, rows: Tensor) -> None:
-        self.cache.reorder_cache(rows)
-        self.mask = self.mask[rows]
-        self.next_pos = self.next_pos[rows]
-
-    def remember(self, rows: list[int], sequences: list[list[int]]) -> None:
-        """No-op: the stock path keeps nothing between calls."""
-
-    def release(self) -> None:
-        self.cache = self.mask = self.next_pos = None
 
 
 @dataclass
@@ -344,12 +281,55 @@ class FastDecoder:
 
     @torch.inference_mode()
     def keep(self, rows: Tensor) -> None:
-        """Drop finished rows: keep only ``rows`` (indices into the current batch)."""
-        self.k_all, self.v_all = self.k_all[:, rows], self.v_all[:, rows]
+        """Drop finished rows: keep only ``rows`` (indices into the current batch). Slots left
+        of every kept row's first token go too (rows that joined late sit right of them)."""
+        starts = [self.start[j] for j in rows.tolist()]
+        lo = min(starts, default=0)
+        self.k_all, self.v_all = self.k_all[:, rows, :, lo:], self.v_all[:, rows, :, lo:]
         self.k_cache, self.v_cache = list(self.k_all.unbind(0)), list(self.v_all.unbind(0))
-        self.key_ok = self.key_ok[rows]
+        self.key_ok = self.key_ok[rows, lo:]
         self.next_pos = self.next_pos[rows]
-        self.start = [self.start[j] for j in rows.tolist()]
+        self.start = [s - lo for s in starts]
+        self.t -= lo  # positions are per row (next_pos), so the rope tables stay valid
+
+    @torch.inference_mode()
+    def join(self, prompts: list[list[int]], max_new_tokens: int) -> Tensor:
+        """Add rows to the running batch (continuous batching): prefill ``prompts`` (prefix
+        cache and de-duplication as in ``prefill``), then lay the two batches side by side,
+        both right-aligned at the later of their current slots. The running rows keep their
+        indices, the new ones follow; returns the new rows' (len(prompts), V) logits.
+
+        Every row keeps its own positions, and a slot it never wrote is masked (and zeroed,
+        since 0 x stale NaN would poison the row), so a row's logits do not depend on which
+        rows share its batch beyond float summation order."""
+        if self.k_all is None:
+            return self.prefill(prompts, max_new_tokens)
+        old = (self.k_all, self.v_all, self.key_ok, self.next_pos, self.start, self.t)
+        logits = self.prefill(prompts, max_new_tokens)
+        new = (self.k_all, self.v_all, self.key_ok, self.next_pos, self.start, self.t)
+        t = max(old[5], new[5])
+        room = max(old[0].shape[3] - old[5], new[0].shape[3] - new[5])  # slots the rows may still write
+        n_old, n_new = old[0].shape[1], new[0].shape[1]
+        shape = list(old[0].shape)
+        shape[1], shape[3] = n_old + n_new, t + room
+        self.k_all = torch.empty(shape, device=old[0].device, dtype=old[0].dtype)
+        self.v_all = torch.empty_like(self.k_all)
+        self.key_ok = torch.ones(shape[1], t + room, dtype=torch.bool, device=old[0].device)
+        starts = []
+        for (k, v, ok, _, start, t_part), rows in ((old, slice(0, n_old)), (new, slice(n_old, None))):
+            shift = t - t_part
+            self.k_all[:, rows, :, :shift] = 0
+            self.v_all[:, rows, :, :shift] = 0
+            self.key_ok[rows, :shift] = False
+            self.k_all[:, rows, :, shift:t] = k[:, :, :, :t_part]
+            self.v_all[:, rows, :, shift:t] = v[:, :, :, :t_part]
+            self.key_ok[rows, shift:t] = ok[:, :t_part]
+            starts += [s + shift for s in start]
+        self.k_cache, self.v_cache = list(self.k_all.unbind(0)), list(self.v_all.unbind(0))
+        self.next_pos = torch.cat([old[3], new[3]])
+        self.start, self.t = starts, t
+        self.cos, self.sin = self._rope_tables(t + room, self.k_all.device, self.k_all.dtype)
+        return logits
 
     def release(self) -> None:
         """Free this call's cache (and drop the parameter views) until the next prefill; the

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
 
 from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams
@@ -36,21 +37,53 @@ class ScriptedEngine:
         self.policy_version = 0
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        out = []
-        for prompt in prompts:
-            ids = list(self._script(list(prompt), self.calls))
-            finish = "length"
-            for i, t in enumerate(ids):
-                if t in params.stop_token_ids:
-                    ids, finish = ids[: i + 1], "stop"
-                    break
-            if len(ids) > params.max_new_tokens:
-                ids, finish = ids[: params.max_new_tokens], "length"
-            elif finish == "length" and len(ids) < params.max_new_tokens:
-                finish = "stop"  # the script ended the turn without a stop token
-            out.append(Generation(token_ids=ids, logprobs=[self.logprob] * len(ids), finish_reason=finish))
+        out = [self._answer(list(prompt), self.calls, params) for prompt in prompts]
         self.calls += 1
         return out
 
+    def _answer(self, prompt: list[int], turn: int, params: SamplingParams) -> Generation:
+        ids = list(self._script(prompt, turn))
+        finish = "length"
+        for i, t in enumerate(ids):
+            if t in params.stop_token_ids:
+                ids, finish = ids[: i + 1], "stop"
+                break
+        if len(ids) > params.max_new_tokens:
+            ids, finish = ids[: params.max_new_tokens], "length"
+        elif finish == "length" and len(ids) < params.max_new_tokens:
+            finish = "stop"  # the script ended the turn without a stop token
+        return Generation(token_ids=ids, logprobs=[self.logprob] * len(ids), finish_reason=finish)
+
     def sync_weights(self, model=None) -> None:
         self.policy_version += 1
+
+
+class PerRequestScriptedEngine(ScriptedEngine):
+    """The scripted engine behind the per-attempt rollout loop (``agenerate``): a request's
+    turn index is the number of distinct earlier prompts that are strict prefixes of its
+    prompt (the attempt's own earlier turns), so attempts need not move together.
+
+    >>> import asyncio
+    >>> eng = PerRequestScriptedEngine([[5, 2], [7, 2]])
+    >>> async def turns():
+    ...     first = await eng.agenerate([1], SamplingParams(stop_token_ids=[2]))
+    ...     return first, await eng.agenerate([1, *first.token_ids, 9], SamplingParams(stop_token_ids=[2]))
+    >>> [g.token_ids for g in asyncio.run(turns())]
+    [[5, 2], [7, 2]]
+    """
+
+    capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False,
+                                      per_request_async=True)
+
+    def __init__(self, turns: list[list[int]] | Script, logprob: float = -0.5):
+        super().__init__(turns, logprob)
+        self.seen: set[tuple[int, ...]] = set()
+        self.request_log: list[tuple[int, ...]] = []  # prompts in the order requests arrived
+
+    async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:
+        key = tuple(prompt)
+        turn = sum(1 for p in self.seen if len(p) < len(key) and key[: len(p)] == p)
+        self.seen.add(key)
+        self.request_log.append(key)
+        await asyncio.sleep(0)  # a real engine answers later: let other attempts run meanwhile
+        return self._answer(list(prompt), turn, params)
