@@ -1,7 +1,8 @@
 """Continuous batching for the embedded engine: many requests in flight, one decode batch.
 
-Each ``await batcher.generate(prompt, params)`` queues a request. One driver coroutine, on
-the caller's event loop, repeats a step:
+Each ``await batcher.generate(prompt, params)`` queues a request. One driver thread repeats a
+step (its tensor work releases the GIL, so the attempts' own Python work on the event loop
+- parsing, templates, tool calls - runs beside it):
 
 1. admit every queued request: its prompt is prefilled (prefix cache first) and its rows join
    the running batch (``FastDecoder.join``; the stock decoder, which cannot join, admits a new
@@ -10,12 +11,11 @@ the caller's event loop, repeats a step:
    finish the rows that hit a stop token, a stop string or their own ``max_new_tokens``
    (their KV goes to the prefix cache, their future is resolved at once);
 3. drop finished rows once they are a quarter of the batch (compaction copies the cache);
-4. feed the sampled tokens (one decode step for the whole batch), then yield to the event
-   loop, so that tool calls that returned meanwhile can queue their next request, which joins
-   at the next step.
+4. feed the sampled tokens (one decode step for the whole batch); requests queued meanwhile
+   (attempts whose tools returned) join at the next step.
 
-The driver stops when nothing is queued or running and restarts with the next request, so
-an idle engine costs nothing while every attempt waits on its tools.
+The driver waits without spinning while nothing is queued or running (every attempt on its
+tools), and its thread ends after ``IDLE_EXIT_S`` seconds of that.
 
 Random streams are per request: a request with ``params.seed`` draws its ``max_new_tokens``
 uniforms from its own generator, so its tokens do not depend on which requests share its
@@ -30,10 +30,12 @@ next step; its slot and KV are freed at the next compaction.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from agentrl.engines.base import Generation, SamplingParams
@@ -44,8 +46,8 @@ from agentrl.engines.sampling import StopStrings, sample_tokens
 class _Request:
     prompt: list[int]
     params: SamplingParams
-    future: asyncio.Future
-    uniforms: Tensor | None = None  # (max_new_tokens,) this request's draws, set on admission
+    future: asyncio.Future  # resolved on ``loop``, the requester's event loop
+    loop: asyncio.AbstractEventLoop
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None  # None while running; "cancelled" when its awaiter went away
@@ -63,84 +65,102 @@ class BatcherStats:
 
 
 class ContinuousBatcher:
-    """Serves ``generate`` requests of one event loop from one continuously batched decode.
+    """Serves ``generate`` requests, from any event loop, from one continuously batched decode
+    that runs in a driver thread of its own.
 
     ``engine`` is an ``HFEngine`` (its decoder, tokenizer, generator and the sampling mode it
-    enters around the driver's work).
+    enters around each busy period).
     """
 
-    def __init__(self, engine, loop: asyncio.AbstractEventLoop, stats: BatcherStats):
+    IDLE_EXIT_S = 2.0  # the driver thread ends after this long with nothing to do
+
+    def __init__(self, engine, stats: BatcherStats):
         self.engine = engine
         self.decoder = engine.new_decoder()  # its own batch state; the engine's prefix cache
-        self.loop = loop
-        self.queue: list[_Request] = []
-        self.rows: list[_Request] = []  # the decoder's batch rows, in order
+        self.stats = stats  # the engine's counters
+        self.rows: list[_Request] = []  # the decoder's batch rows, in order (driver thread only)
         self.logits: Tensor | None = None  # (len(rows), V): next-token logits of every row
-        self.stats = stats  # the engine's counters, across loops
-        self._driver: asyncio.Task | None = None
+        self.draws: Tensor | None = None  # (len(rows), W): row j's uniform for its k-th token at [j, k]
+        self.at: Tensor | None = None  # (len(rows),) long: tokens each row has sampled
+        self._queue: list[_Request] = []  # guarded by _cond
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
         self._stops: dict[tuple[str, ...], StopStrings] = {}
 
     @property
     def idle(self) -> bool:
-        return self._driver is None and not self.queue and not self.rows
+        with self._cond:
+            return self._thread is None and not self._queue
 
     async def generate(self, prompt: list[int], params: SamplingParams) -> Generation:
         """Sample one continuation of ``prompt``; other requests share the decode batch."""
-        req = _Request(list(prompt), params, self.loop.create_future())
-        self.queue.append(req)
-        if self._driver is None:
-            self.decoder = self.engine.new_decoder()  # the engine's current model and forward
-            self._driver = self.loop.create_task(self._drive())
+        loop = asyncio.get_running_loop()
+        req = _Request(list(prompt), params, loop.create_future(), loop)
+        with self._cond:
+            self._queue.append(req)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="agentrl-batcher", daemon=True)
+                self._thread.start()
+            self._cond.notify()
         return await req.future
 
-    async def _drive(self) -> None:
-        try:
-            while self.queue or self.rows:
-                start = time.perf_counter()
-                with self.engine.sampling_mode(), torch.inference_mode():
-                    self._admit()
-                    self._step()
-                self.stats.busy_s += time.perf_counter() - start
-                await asyncio.sleep(0)  # let returned tools queue their next turn
-        except BaseException as err:  # fail every waiter rather than hang them
-            for r in self.queue + self.rows:
-                if not r.future.done():
-                    r.future.set_exception(err)
-            self.queue, self.rows = [], []
-            if not isinstance(err, Exception):
-                raise
-        finally:
-            self.rows, self.logits = [], None
-            self.decoder.release()
-            self._driver = None
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._cond.wait_for(lambda: self._queue, timeout=self.IDLE_EXIT_S):
+                    self._thread = None
+                    return
+            self.decoder = self.engine.new_decoder()  # the engine's current model and forward
+            try:
+                # Eval mode, threads and the prefix cache check once per busy period.
+                with self.engine.sampling_mode():
+                    while self.rows or self._queue:
+                        start = time.perf_counter()
+                        with torch.inference_mode():
+                            self._admit()
+                            self._step()
+                        self.stats.busy_s += time.perf_counter() - start
+            except BaseException as err:  # fail every waiter rather than hang them
+                with self._cond:
+                    failed, self._queue = self.rows + self._queue, []
+                for r in failed:
+                    _deliver(r, error=err)
+            finally:
+                self.rows, self.logits = [], None
+                self.decoder.release()
 
     # -- one step ---------------------------------------------------------------------------
 
     def _admit(self) -> None:
         decoder = self.decoder
-        can_join = hasattr(decoder, "join")
-        if not self.queue or (self.rows and not can_join):
+        if self.rows and not hasattr(decoder, "join"):
             return
-        new = [r for r in self.queue if not r.future.cancelled()]
-        self.queue = []
+        with self._cond:
+            new, self._queue = [r for r in self._queue if not r.future.cancelled()], []
         if not new:
             return
         if self.rows and any(r.finish for r in self.rows):
             self._compact()  # the merge copies the cache anyway: do not carry finished rows
-        for r in new:
+        longest = max(r.params.max_new_tokens for r in new)
+        draws = torch.zeros(len(new), longest, device=self.engine.device)
+        for i, r in enumerate(new):
             if r.params.temperature > 0:
                 gen = self.engine.generator_for(r.params.seed)
-                r.uniforms = torch.rand(r.params.max_new_tokens, generator=gen, device=self.engine.device)
-            else:
-                r.uniforms = torch.zeros(r.params.max_new_tokens, device=self.engine.device)
+                draws[i, : r.params.max_new_tokens] = torch.rand(r.params.max_new_tokens, generator=gen,
+                                                                 device=self.engine.device)
         prompts = [r.prompt for r in new]
-        longest = max(r.params.max_new_tokens for r in new)
+        at = torch.zeros(len(new), dtype=torch.long, device=self.engine.device)
         if self.rows:
             logits = decoder.join(prompts, longest)
             self.logits = torch.cat([self.logits, logits])
+            width = max(self.draws.shape[1], longest)
+            self.draws = torch.cat([F.pad(self.draws, (0, width - self.draws.shape[1])),
+                                    F.pad(draws, (0, width - longest))])
+            self.at = torch.cat([self.at, at])
             self.stats.joins += len(new)
         else:
             self.logits = decoder.prefill(prompts, longest)
+            self.draws, self.at = draws, at
         self.rows += new
         self.stats.admitted += len(new)
         self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
@@ -150,10 +170,13 @@ class ContinuousBatcher:
             return
         live = [j for j, r in enumerate(self.rows) if r.finish is None]
         tokens = torch.zeros(len(self.rows), dtype=torch.long, device=self.logits.device)
+        # Row j's draw for its k-th token is draws[j, k], whatever else is in the batch.
+        u_all = self.draws.gather(1, self.at.clamp(max=self.draws.shape[1] - 1)[:, None])[:, 0]
+        self.at += 1
         for (temperature, top_p), idx in _groups(self.rows, live).items():
-            u = torch.stack([self.rows[j].uniforms[len(self.rows[j].tokens)] for j in idx])
-            part = self.logits if len(idx) == len(self.rows) else self.logits[idx]
-            tok, lp = sample_tokens(part, temperature=temperature, top_p=top_p, uniforms=u)
+            whole = len(idx) == len(self.rows)
+            part = self.logits if whole else self.logits[idx]
+            tok, lp = sample_tokens(part, temperature=temperature, top_p=top_p, uniforms=u_all if whole else u_all[idx])
             tokens[idx] = tok
             for j, t, p in zip(idx, tok.tolist(), lp.tolist()):
                 self.rows[j].tokens.append(t)
@@ -184,15 +207,18 @@ class ContinuousBatcher:
             for j, hit in zip(idx, checker.hits([self.rows[j].tokens for j in idx])):
                 if hit:
                     self.rows[j].finish = "stop"
+        done = []
         for j in live:
             r = self.rows[j]
             if r.finish is None and len(r.tokens) >= r.params.max_new_tokens:
                 r.finish = "length"
-            if r.finish is None or r.finish == "cancelled":
-                continue
-            # The row has fed its prompt and every sampled id but the last one.
-            decoder.remember([j], [r.prompt + r.tokens[:-1]])
-            r.future.set_result(Generation(r.tokens, r.logprobs, r.finish))
+            if r.finish is not None and r.finish != "cancelled":
+                done.append(j)
+        if done:  # a finished row has fed its prompt and every sampled id but the last one
+            decoder.remember(done, [self.rows[j].prompt + self.rows[j].tokens[:-1] for j in done])
+        for j in done:
+            r = self.rows[j]
+            _deliver(r, Generation(r.tokens, r.logprobs, r.finish))
 
     def _compact(self) -> Tensor:
         """Drop finished rows from the decoder; returns the kept row indices."""
@@ -200,7 +226,7 @@ class ContinuousBatcher:
                             device=self.logits.device)
         self.decoder.keep(keep)
         self.rows = [self.rows[j] for j in keep.tolist()]
-        self.logits = self.logits[keep]
+        self.logits, self.draws, self.at = self.logits[keep], self.draws[keep], self.at[keep]
         return keep
 
 
@@ -210,3 +236,20 @@ def _groups(rows: list[_Request], live: list[int]) -> dict[tuple[float, float], 
     for j in live:
         out.setdefault((rows[j].params.temperature, rows[j].params.top_p), []).append(j)
     return out
+
+
+def _deliver(r: _Request, result: Generation | None = None, error: BaseException | None = None) -> None:
+    """Resolve a request's future on its own loop (from the driver thread)."""
+
+    def settle() -> None:
+        if r.future.done():  # cancelled meanwhile
+            return
+        if error is not None:
+            r.future.set_exception(error)
+        else:
+            r.future.set_result(result)
+
+    try:
+        r.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # that loop is closed: nobody waits any more
+        pass

@@ -19,7 +19,6 @@ the quantity the trainer recomputes for the importance ratio.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from contextlib import contextmanager
@@ -100,6 +99,7 @@ class HFEngine:
         self._fingerprint: tuple[tuple[int, int], ...] = ()
         self._lock = threading.RLock()
         self._batcher: ContinuousBatcher | None = None
+        self._batcher_lock = threading.Lock()
         self.batcher_stats = BatcherStats()  # what the continuous batcher did (agenerate)
 
     @classmethod
@@ -205,7 +205,7 @@ class HFEngine:
 
     async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:
         """Sample one continuation of one prompt, continuously batched with every other
-        request in flight on this event loop (see ``agentrl.engines.continuous``).
+        request in flight (see ``agentrl.engines.continuous``).
 
         >>> import asyncio
         >>> from agentrl.models.tiny import ensure_tiny_model
@@ -220,12 +220,9 @@ class HFEngine:
         done = early_answer([prompt], params)
         if done is not None:
             return done[0]
-        loop = asyncio.get_running_loop()
-        if self._batcher is None or self._batcher.loop is not loop:
-            if self._batcher is not None and not self._batcher.idle and not self._batcher.loop.is_closed():
-                raise RuntimeError("HFEngine.agenerate: requests are in flight on another event loop; "
-                                   "run every attempt of a rollout on one loop")
-            self._batcher = ContinuousBatcher(self, loop, self.batcher_stats)
+        with self._batcher_lock:
+            if self._batcher is None:
+                self._batcher = ContinuousBatcher(self, self.batcher_stats)
         return await self._batcher.generate(prompt, params)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
