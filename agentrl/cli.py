@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | inspect | check-template."""
+"""The ``agentrl`` command: train | eval | inspect | check-template | serve."""
 
 from __future__ import annotations
 
@@ -47,6 +47,13 @@ def _cmd_check_template(args: argparse.Namespace) -> int:
     return run_check_template(args.model, args.template)
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from agentrl.serve.standalone import serve
+
+    return serve(args.model, host=args.host, port=args.port, template=args.template,
+                 max_total_tokens=args.max_total_tokens, max_new_tokens=args.max_new_tokens)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "inspect":  # the inspector owns its own argument parser
@@ -69,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--corpus", metavar="DIR", default=None,
                    help="check every .jinja template in DIR with MODEL's tokenizer, one line each")
     c.set_defaults(fn=_cmd_check_template)
+    s = sub.add_parser("serve", help="an OpenAI-compatible endpoint over a model or checkpoint")
+    s.add_argument("model", help="a model directory, a checkpoint's HF directory, or 'tiny'")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    s.add_argument("--template", default=None, help="chat template name or .jinja file (default: the tokenizer's)")
+    s.add_argument("--max-total-tokens", type=int, default=4096, help="context: prompt + completion")
+    s.add_argument("--max-new-tokens", type=int, default=1024, help="completion tokens when a request sets none")
+    s.set_defaults(fn=_cmd_serve)
     args = p.parse_args(argv)
     from agentrl.run.config import ConfigError
 

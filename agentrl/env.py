@@ -91,6 +91,17 @@ class HasAnswerPattern(Protocol):
     answer_pattern: str
 
 
+@runtime_checkable
+class HasAgent(Protocol):
+    """An environment whose attempts are run by user code written against the OpenAI API:
+    ``await agent(client, task)`` gets an ``openai.AsyncOpenAI`` client pointed at the trainer's
+    endpoint (one per attempt) and returns its final answer (text) or its final messages (a
+    list of OpenAI message dicts); ``score`` reads them as the last assistant message. See
+    ``agentrl.serve.agent_runner``."""
+
+    async def agent(self, client, task: Task): ...
+
+
 def select_split(splits: dict[str, list[Task]], split: str) -> list[Task]:
     """A copy of one split's tasks, with one clear error for a split that does not exist."""
     if split not in splits:

@@ -14,6 +14,8 @@ rank issues the same FSDP collectives.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import torch
@@ -100,8 +102,19 @@ def compute_advantages(trajs: list[Trajectory], objective: Objective) -> tuple[G
         return (GroupAdvantages(torch.zeros(0, dtype=torch.float64), empty, torch.zeros(0, dtype=torch.long), []),
                 FilterResult(keep=empty, zero_variance_groups=0, dropped_zero_variance=0, masked_truncated=0,
                              dropped_void=0))
-    rewards = torch.tensor([float(t.reward or 0.0) for t in trajs], dtype=torch.float64)
-    adv = objective.advantages(rewards, [t.group_id for t in trajs])
+    # One advantage per attempt: the segments of a split attempt (same group and sample index)
+    # share it and count once in their group's mean and std.
+    number: dict[tuple[str, int], int] = {}  # attempt -> its index among attempts
+    row = [number.setdefault((t.group_id, t.sample_index), len(number)) for t in trajs]
+    firsts = {}  # attempt index -> its first trajectory
+    for i, a in enumerate(row):
+        firsts.setdefault(a, i)
+    attempts = [trajs[firsts[a]] for a in range(len(number))] if len(number) < len(trajs) else trajs
+    rewards = torch.tensor([float(t.reward or 0.0) for t in attempts], dtype=torch.float64)
+    adv = objective.advantages(rewards, [t.group_id for t in attempts])
+    if attempts is not trajs:
+        at = torch.tensor(row)
+        adv = dataclasses.replace(adv, advantages=adv.advantages[at], group_index=adv.group_index[at])
     for t, a in zip(trajs, adv.advantages.tolist()):
         t.advantage = float(a)
     filt = objective.select(adv, [t.finish_reason for t in trajs], [t.void_turns > 0 for t in trajs])

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from agentrl.env import HasAnswerPattern, HasDemonstrations
+from agentrl.env import HasAgent, HasAnswerPattern, HasDemonstrations
 from agentrl.run.config import Config, ConfigError
 
 BUILTIN_ENVS = {
@@ -38,18 +40,36 @@ def set_threads(num_threads: int | None, model: torch.nn.Module | None = None) -
     return n
 
 
+def _import_module_or_file(name: str):
+    """A module by dotted name, or a Python file by path (relative to the working directory)."""
+    if not name.endswith(".py"):
+        return importlib.import_module(name)
+
+    path = Path(name).resolve()
+    if not path.is_file():
+        raise ImportError(f"no file {path}")
+    mod_name = f"agentrl_user_{path.stem}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_env(cfg: Config):
     """Instantiate the environment named in ``cfg.env`` with ``cfg.env.args``."""
     target = BUILTIN_ENVS.get(cfg.env.name, cfg.env.name)
     if ":" not in target:
         raise ConfigError(
             f"env.name={cfg.env.name!r} is not a built-in environment ({', '.join(BUILTIN_ENVS)}) "
-            "nor an import path like 'mypackage.myenv:MyEnv'"
+            "nor an import path like 'mypackage.myenv:MyEnv' or 'path/to/file.py:MyEnv'"
         )
-    mod_name, cls_name = target.split(":", 1)
+    mod_name, cls_name = target.rsplit(":", 1)
     try:
-        cls = getattr(importlib.import_module(mod_name), cls_name)
-    except (ImportError, AttributeError) as e:
+        cls = getattr(_import_module_or_file(mod_name), cls_name)
+    except (ImportError, AttributeError, OSError) as e:
         raise ConfigError(f"cannot import environment {target!r}: {e}") from e
     if "tool_timeout" in cfg.env.args:
         raise ConfigError("env.args.tool_timeout is no longer read: a tool call's time limit has one "
@@ -166,4 +186,10 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     rollout_cfg = cfg.rollout
     if rollout_cfg.answer_pattern is None and isinstance(env, HasAnswerPattern) and env.answer_pattern:
         rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)
-    return Runtime(model, tok, engine, chat, box, RolloutRunner(engine, chat, box, rollout_cfg), sampler)
+    if isinstance(env, HasAgent):  # user code against the OpenAI API runs the attempts
+        from agentrl.serve.agent_runner import AgentRunner
+
+        runner = AgentRunner(engine, chat, env.agent, rollout_cfg, cfg.agent, toolbox=box)
+    else:
+        runner = RolloutRunner(engine, chat, box, rollout_cfg)
+    return Runtime(model, tok, engine, chat, box, runner, sampler)

@@ -22,6 +22,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 import yaml
 
 from agentrl.rollout import RolloutConfig
+from agentrl.serve.agent_runner import AgentSettings
 
 
 class ConfigError(ValueError):
@@ -208,6 +209,7 @@ class Config:
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
+    agent: AgentSettings = field(default_factory=AgentSettings)  # environments whose agent is OpenAI-API code
 
     @property
     def run_dir(self) -> Path:

@@ -27,12 +27,23 @@ class EvalResult:
 
 
 def score_all(env, tasks_by_id: dict[str, Task], trajs: list[Trajectory]) -> None:
-    """Fill ``reward`` (and the checker's explanation, ``score``) in place."""
+    """Fill ``reward`` (and the checker's explanation, ``score``) in place, once per attempt.
+
+    An attempt split into several trajectories (an OpenAI-API agent that rewrote its history:
+    same ``group_id`` and ``sample_index``) is scored on its last one, and every segment
+    carries that reward. A reward set before scoring (an agent that failed: 0) stands."""
+    last: dict[tuple[str, int], Trajectory] = {}
     for t in trajs:
-        task = tasks_by_id[t.task_id]
-        s = env.score(task, t.messages)
-        t.reward = float(s.reward)
-        t.score = dict(s.info)
+        last[(t.group_id, t.sample_index)] = t
+    for t in last.values():
+        if t.reward is None:
+            s = env.score(tasks_by_id[t.task_id], t.messages)
+            t.reward = float(s.reward)
+            t.score = dict(s.info)
+    for t in trajs:
+        src = last[(t.group_id, t.sample_index)]
+        if t is not src:
+            t.reward, t.score = src.reward, dict(src.score)
 
 
 def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalResult:

@@ -31,6 +31,7 @@ from agentrl.run.build import build_runtime, load_model_and_tokenizer, make_env,
 from agentrl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.run.evaluate import EvalResult, evaluate, score_all
+from agentrl.serve.agent_runner import agent_metrics
 from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
 from agentrl.run.optim import build_optimizer
 from agentrl.run.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
@@ -330,6 +331,7 @@ class Trainer:
         m.update({"time/rollout": shard.time_rollout, "time/tools": shard.time_tools,
                   "batch/draws": float(shard.draws), "time/update": t_update})
         m.update(extra)
+        m.update(agent_metrics(shard.trajectories))  # agents written against the OpenAI API
         m["time/step"] = time.perf_counter() - t0
         # the trainer idled waiting for data: the whole rollout when synchronous
         m["time/trainer_wait"] = waited

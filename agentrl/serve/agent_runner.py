@@ -1,0 +1,167 @@
+"""Rollouts whose agent is user code written against the OpenAI API.
+
+``AgentRunner`` stands where ``RolloutRunner`` stands (same ``run``/``arun``, same
+``RolloutBatch``): for each of the G attempts of each task it opens an attempt on the
+endpoint, hands ``agent(client, task)`` an ``openai.AsyncOpenAI`` client whose ``base_url`` is
+that attempt's, and turns what the endpoint captured into trajectories (one per segment,
+see ``capture.py``). All attempts run concurrently; the engine batches their requests.
+
+An attempt gets ``timeout_s`` of wall time and ``max_sampled_tokens`` sampled tokens. An agent
+that raises or runs out of time gets reward 0 and its error in ``metadata["agent_error"]``;
+the batch goes on. The final answer the agent returns (text, or its final messages) becomes
+the last assistant message of the attempt's last trajectory, which the checker scores.
+
+Example::
+
+    async def agent(client, task):
+        r = await client.chat.completions.create(
+            model="agentrl", messages=[{"role": "user", "content": task.prompt}])
+        return r.choices[0].message.content
+
+    runner = AgentRunner(engine, chat, agent, RolloutConfig(max_new_tokens=64))
+    batch = runner.run(tasks, num_samples=4)
+    runner.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from agentrl.chat import ChatTemplate
+from agentrl.rollout import RolloutBatch, RolloutConfig, RolloutStats
+from agentrl.serve.protocol import parse_messages, RequestError
+from agentrl.serve.server import EndpointServer
+from agentrl.serve.service import AttemptBudget, ChatService
+from agentrl.toolbox import ToolBox
+from agentrl.types import Message, Task, Trajectory
+
+
+@dataclass
+class AgentSettings:
+    """Limits of one attempt of a user agent."""
+
+    timeout_s: float = 300.0  # wall clock per attempt
+    max_sampled_tokens: int = 4096  # sampled tokens per attempt, all requests together
+
+
+class AgentRunner:
+    """Runs ``agent(client, task)`` attempts against an OpenAI endpoint over ``engine``."""
+
+    def __init__(self, engine, chat: ChatTemplate, agent, config: RolloutConfig | None = None,
+                 settings: AgentSettings | None = None, model_name: str = "agentrl", toolbox=None):
+        self.engine = engine
+        self.toolbox = toolbox if toolbox is not None else ToolBox([])  # the environment's (agents bring their own)
+        self.chat = chat
+        self.agent = agent
+        self.config = config or RolloutConfig()
+        self.settings = settings or AgentSettings()
+        self.service = ChatService(engine, chat, self._budget(None, ("", 0)), model_name=model_name)
+        self._server: EndpointServer | None = None
+
+    @property
+    def server(self) -> EndpointServer:
+        if self._server is None:
+            self._server = EndpointServer(self.service).start()
+        return self._server
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def _budget(self, seed: int | None, key: tuple[str, int]) -> AttemptBudget:
+        cfg = self.config
+        return AttemptBudget(max_total_tokens=cfg.max_total_tokens, max_sampled_tokens=self.settings.max_sampled_tokens,
+                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                             seed=seed, seed_key=key)
+
+    def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
+            seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
+        """``num_samples`` attempts of every task; trajectories task-major (an attempt's
+        segments adjacent, in order). ``system_prompt`` is unused: the agent writes its own."""
+        return asyncio.run(self.arun(tasks, num_samples, system_prompt, seed, group_prefix))
+
+    async def arun(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
+                   seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
+        import openai
+
+        start = time.perf_counter()
+        server = self.server
+        self.service.default_budget = self._budget(None, ("", 0))  # the config may have changed (eval)
+        busy0 = getattr(getattr(self.engine, "batcher_stats", None), "busy_s", 0.0)
+        jobs = []
+        for task in tasks:
+            for i in range(num_samples):
+                group = f"{group_prefix}{task.id}"
+                key = self.service.open_attempt(self._budget(seed, (group, i)))
+                client = openai.AsyncOpenAI(base_url=server.base_url(key), api_key="agentrl", max_retries=0,
+                                            timeout=self.settings.timeout_s)
+                jobs.append(self._attempt(task, i, group, key, client))
+        results = await asyncio.gather(*jobs)
+        trajectories = [t for r in results for t in r]
+        stats = RolloutStats(total_s=time.perf_counter() - start, loop="agent",
+                             sampled_tokens=sum(t.num_model_tokens for t in trajectories),
+                             turns=sum(t.turns for t in trajectories))
+        stats.generate_s = getattr(getattr(self.engine, "batcher_stats", None), "busy_s", 0.0) - busy0
+        return RolloutBatch(trajectories, stats)
+
+    async def _attempt(self, task: Task, index: int, group: str, key: str, client) -> list[Trajectory]:
+        error, answer = None, None
+        try:
+            answer = await asyncio.wait_for(self.agent(client, task), self.settings.timeout_s)
+        except asyncio.TimeoutError:
+            error = f"timeout: the agent ran over {self.settings.timeout_s:g} s"
+        except Exception as e:  # the agent's own failure: reward 0, the batch goes on
+            error = f"{type(e).__name__}: {e}"[:2000]
+        finally:
+            capture = self.service.close_attempt(key)
+            await client.close()
+        trajs = capture.trajectories(group_id=group, sample_index=index, task_id=task.id, family=task.family,
+                                     policy_version=getattr(self.engine, "policy_version", 0))
+        if not trajs:
+            return []
+        if error is None:
+            error = _attach_answer(trajs[-1], answer)
+        for t in trajs:
+            t.metadata["splits"] = capture.splits
+            if error is not None:
+                t.reward, t.metadata["agent_error"] = 0.0, error
+        return trajs
+
+
+def _attach_answer(last: Trajectory, answer) -> str | None:
+    """Make the agent's return value the last assistant message of ``last`` (what the checker
+    reads); returns an error text when the value is unusable."""
+    if isinstance(answer, list):
+        try:
+            final = parse_messages(answer + [{"role": "user", "content": ""}])[:-1]
+        except RequestError as e:
+            return f"the agent returned messages that do not parse: {e.message}"
+        said = [m for m in final if m.role == "assistant"]
+        answer = said[-1].content if said else None
+    if answer is None:
+        return None  # the endpoint's last reply stands
+    if not isinstance(answer, str):
+        return f"the agent returned {type(answer).__name__}; return the final answer text or the messages"
+    said = [m for m in last.messages if m.role == "assistant"]
+    if not said or said[-1].content != answer:
+        last.messages = [*last.messages, Message("assistant", answer)]
+    return None
+
+
+def agent_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """``agent/*`` metrics of a batch run by an ``AgentRunner`` (empty for other batches):
+    ``splits`` (history rewrites per attempt), ``segments`` (trajectories per attempt),
+    ``errors`` (share of attempts whose agent raised or timed out)."""
+    attempts: dict[tuple[str, int], Trajectory] = {}
+    for t in trajs:
+        if "splits" in t.metadata:
+            attempts[(t.group_id, t.sample_index)] = t
+    if not attempts:
+        return {}
+    n = len(attempts)
+    return {"agent/splits": sum(t.metadata["splits"] for t in attempts.values()) / n,
+            "agent/segments": sum(1 for t in trajs if "splits" in t.metadata) / n,
+            "agent/errors": sum("agent_error" in t.metadata for t in attempts.values()) / n}

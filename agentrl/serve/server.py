@@ -1,0 +1,144 @@
+"""The OpenAI-compatible HTTP endpoint: Starlette routes over a ``ChatService``, served by
+uvicorn on 127.0.0.1 in a background thread.
+
+Routes (``{key}`` attributes a request to an attempt; the plain routes keep nothing):
+
+- ``POST /v1/chat/completions`` and ``POST /attempts/{key}/v1/chat/completions``
+- ``GET /v1/models`` and ``GET /attempts/{key}/v1/models``
+
+Every failure is an OpenAI-style JSON error with a 4xx status (a bug of ours: 500, still JSON);
+bodies over ``max_body_bytes`` are refused with 413 before they are read whole.
+
+Example::
+
+    server = EndpointServer(service).start()
+    client = openai.OpenAI(base_url=server.base_url(), api_key="unused")
+    client.chat.completions.create(model="agentrl", messages=[{"role": "user", "content": "hi"}])
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+
+from agentrl.serve.protocol import RequestError, completion_body, parse_request
+from agentrl.serve.service import ChatService
+
+MAX_BODY_BYTES = 8 << 20
+log = logging.getLogger(__name__)
+
+
+def _error(err: RequestError):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _read_json(request, limit: int):
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(f"the request body has {int(declared)} bytes, over the limit of {limit}", status=413,
+                           code="request_too_large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(f"the request body is over the limit of {limit} bytes", status=413,
+                               code="request_too_large")
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(f"the request body is not valid JSON: {e}") from None
+
+
+def build_app(service: ChatService, *, max_body_bytes: int = MAX_BODY_BYTES):
+    """The Starlette application of ``service``."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    budget = service.default_budget
+
+    async def completions(request):
+        key = request.path_params.get("key")
+        try:
+            body = await _read_json(request, max_body_bytes)
+            req = parse_request(body, max_tokens_limit=budget.max_total_tokens)
+            done = await service.complete(key, req)
+        except RequestError as err:
+            service.stats.refused += 1
+            return _error(err)
+        return JSONResponse(completion_body(done, req.model or service.model_name, req.logprobs))
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [
+            {"id": service.model_name, "object": "model", "created": int(time.time()), "owned_by": "agentrl"}]})
+
+    async def http_error(request, exc: HTTPException):
+        return _error(RequestError(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code,
+                                   code="not_found" if exc.status_code == 404 else None))
+
+    async def server_error(request, exc: Exception):
+        log.exception("endpoint error")
+        return JSONResponse(RequestError(f"internal error: {type(exc).__name__}: {exc}", status=500,
+                                         kind="server_error").body(), status_code=500)
+
+    routes = [Route("/v1/chat/completions", completions, methods=["POST"]),
+              Route("/attempts/{key}/v1/chat/completions", completions, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]),
+              Route("/attempts/{key}/v1/models", models, methods=["GET"])]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+
+
+class EndpointServer:
+    """uvicorn serving ``build_app(service)`` on 127.0.0.1 (``port`` 0: an ephemeral one) in a
+    daemon thread."""
+
+    def __init__(self, service: ChatService, *, host: str = "127.0.0.1", port: int = 0,
+                 max_body_bytes: int = MAX_BODY_BYTES):
+        try:
+            import uvicorn
+        except ImportError as e:
+            raise ImportError("the OpenAI endpoint needs starlette and uvicorn: pip install 'agentrl[serve]'") from e
+        self.service = service
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self.host, self.port = self._socket.getsockname()[:2]
+        config = uvicorn.Config(build_app(service, max_body_bytes=max_body_bytes), log_level="warning",
+                                lifespan="off", access_log=False, timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    def base_url(self, key: str | None = None) -> str:
+        """The ``base_url`` an OpenAI client takes: the attempt's own, or the plain endpoint's."""
+        root = f"http://{self.host}:{self.port}"
+        return f"{root}/attempts/{key}/v1" if key else f"{root}/v1"
+
+    def start(self, timeout_s: float = 30.0) -> "EndpointServer":
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
+                                        name="agentrl-endpoint", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the endpoint did not start on {self.base_url()}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._socket.close()
+
+    def __enter__(self) -> "EndpointServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,50 @@
+"""``agentrl serve MODEL_OR_CHECKPOINT``: the OpenAI-compatible endpoint on its own, for running
+an OpenAI-API agent against a checkpoint (evaluation, debugging an agent before training it).
+
+Requests to ``/v1/chat/completions`` are served from the embedded engine (continuously
+batched); nothing is captured. The attempt routes are not opened (they are the trainer's).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from agentrl.serve.server import EndpointServer
+from agentrl.serve.service import AttemptBudget, ChatService
+
+
+def build_service(model: str, *, template: str | None = None, max_total_tokens: int = 4096,
+                  max_new_tokens: int = 1024, temperature: float = 1.0, seed: int = 0,
+                  model_name: str | None = None) -> ChatService:
+    """A service over ``model``: a model directory, a checkpoint's HF directory, or ``tiny``."""
+    from agentrl.chat import ChatTemplate
+    from agentrl.engines.hf import HFEngine
+
+    path = model
+    if model == "tiny":
+        from agentrl.models.tiny import ensure_tiny_model
+
+        path = str(ensure_tiny_model())
+    engine = HFEngine.from_pretrained(path, seed=seed)
+    chat = ChatTemplate(engine.tokenizer, template)
+    budget = AttemptBudget(max_total_tokens=max_total_tokens, max_sampled_tokens=max_total_tokens,
+                           max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0)
+    return ChatService(engine, chat, budget, model_name=model_name or model)
+
+
+def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, template: str | None = None,
+          max_total_tokens: int = 4096, max_new_tokens: int = 1024, stop: threading.Event | None = None) -> int:
+    """Serve until interrupted (or until ``stop`` is set); prints the base URL."""
+    service = build_service(model, template=template, max_total_tokens=max_total_tokens,
+                            max_new_tokens=max_new_tokens)
+    server = EndpointServer(service, host=host, port=port).start()
+    print(f"serving {model} at {server.base_url()}  (OpenAI-compatible; Ctrl-C stops)", flush=True)
+    stop = stop or threading.Event()
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
