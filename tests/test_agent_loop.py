@@ -263,3 +263,21 @@ def test_every_attempt_waiting_on_its_tool_does_not_deadlock(engine):
     batch = asyncio.run(asyncio.wait_for(RolloutRunner(scripted, chat, box, cfg).arun(tasks(2), 2, seed=1), 120))
     assert all(t.finish_reason == "stop" and len(t.tool_calls) == 3 for t in batch.trajectories)
     assert batch.stats.tools_s > 0 and batch.stats.generate_s > 0
+
+
+def test_a_failing_decode_step_fails_every_waiter_and_the_next_request_works(engine, monkeypatch):
+    from agentrl.engines.decode import FastDecoder
+
+    def broken(self, tokens):
+        raise RuntimeError("decode step broke")
+
+    async def two():
+        return await asyncio.gather(engine.agenerate(PROMPTS[0], params(0)), engine.agenerate(PROMPTS[1], params(1)),
+                                    return_exceptions=True)
+
+    with monkeypatch.context() as m:
+        m.setattr(FastDecoder, "step", broken)
+        out = asyncio.run(asyncio.wait_for(two(), 60))
+    assert all(isinstance(e, RuntimeError) and "decode step broke" in str(e) for e in out)
+    assert asyncio.run(engine.agenerate(PROMPTS[1], params(1))).token_ids == \
+        engine.generate([PROMPTS[1]], params(1))[0].token_ids

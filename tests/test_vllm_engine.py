@@ -324,6 +324,75 @@ def test_sampled_rollouts_keep_every_invariant_and_the_trainers_logprobs(setup):
     assert gap < LOGPROB_TOL
 
 
+# -- continuous batching (agenerate) ---------------------------------------------------------------
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_agenerate_joins_running_requests_with_the_tokens_they_get_alone(setup):
+    import asyncio
+    import time
+
+    eng = setup.engine
+    prompts = [list(range(5, 5 + n)) for n in (12, 3, 30, 7)]
+    params = [SamplingParams(max_new_tokens=40 - 6 * i, temperature=1.0, seed=50 + i) for i in range(4)]
+    alone = [eng.generate([p], sp)[0] for p, sp in zip(prompts, params)]
+
+    async def staggered():
+        base = eng.batcher_stats.steps
+
+        async def one(i):
+            deadline = time.monotonic() + 60
+            while i and eng.batcher_stats.steps < base + 3 * i:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.001)
+            return await eng.agenerate(prompts[i], params[i])
+
+        return await asyncio.gather(*(one(i) for i in range(4)))
+
+    joins = eng.batcher_stats.joins
+    together = asyncio.run(staggered())
+    assert eng.batcher_stats.joins - joins >= 2
+    for a, b in zip(alone, together):
+        assert b.token_ids == a.token_ids and b.finish_reason == a.finish_reason
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < LOGPROB_TOL
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_agenerate_cancelled_requests_are_aborted(setup):
+    import asyncio
+
+    eng = setup.engine
+
+    async def scenario():
+        long = asyncio.ensure_future(eng.agenerate([5, 6, 7], SamplingParams(max_new_tokens=400, seed=1)))
+        short = await eng.agenerate([8, 9], SamplingParams(max_new_tokens=5, seed=2))
+        long.cancel()
+        await asyncio.sleep(0.5)
+        return short, long.cancelled()
+
+    short, cancelled = asyncio.run(scenario())
+    assert cancelled and len(short.token_ids) == 5
+    assert not eng._stepper.running and not eng.llm.llm_engine.has_unfinished_requests()
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_per_attempt_and_lockstep_loops_agree_when_greedy(setup):
+    import dataclasses
+
+    from agentrl.types import Task
+
+    task = [Task(id="q", prompt="What is 2+3?", answer="5")]
+    per = _runner(setup, 0.0)
+    assert per.uses_attempt_loop
+    lock = _runner(setup, 0.0)
+    lock.config = dataclasses.replace(lock.config, loop="lockstep")
+    a, b = per.run(task, 2, system_prompt=SYSTEM).trajectories, lock.run(task, 2, system_prompt=SYSTEM).trajectories
+    assert [t.token_ids for t in a] == [t.token_ids for t in b] == [setup.demo_ids] * 2
+
+
 # -- one GRPO step, then the weight sync --------------------------------------------------------------
 
 

@@ -29,8 +29,6 @@ next step; its slot and KV are freed at the next compaction.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -39,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from agentrl.engines.base import Generation, SamplingParams
+from agentrl.engines.driver import DriverThread, Pending
 from agentrl.engines.sampling import StopStrings, sample_tokens
 
 
@@ -46,8 +45,7 @@ from agentrl.engines.sampling import StopStrings, sample_tokens
 class _Request:
     prompt: list[int]
     params: SamplingParams
-    future: asyncio.Future  # resolved on ``loop``, the requester's event loop
-    loop: asyncio.AbstractEventLoop
+    pending: Pending  # the caller's future, on the caller's loop
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None  # None while running; "cancelled" when its awaiter went away
@@ -72,8 +70,6 @@ class ContinuousBatcher:
     enters around each busy period).
     """
 
-    IDLE_EXIT_S = 2.0  # the driver thread ends after this long with nothing to do
-
     def __init__(self, engine, stats: BatcherStats):
         self.engine = engine
         self.decoder = engine.new_decoder()  # its own batch state; the engine's prefix cache
@@ -82,52 +78,37 @@ class ContinuousBatcher:
         self.logits: Tensor | None = None  # (len(rows), V): next-token logits of every row
         self.draws: Tensor | None = None  # (len(rows), W): row j's uniform for its k-th token at [j, k]
         self.at: Tensor | None = None  # (len(rows),) long: tokens each row has sampled
-        self._queue: list[_Request] = []  # guarded by _cond
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self.driver = DriverThread("agentrl-batcher", self._serve, self._drain)
         self._stops: dict[tuple[str, ...], StopStrings] = {}
 
     @property
     def idle(self) -> bool:
-        with self._cond:
-            return self._thread is None and not self._queue
+        return self.driver.idle
 
     async def generate(self, prompt: list[int], params: SamplingParams) -> Generation:
         """Sample one continuation of ``prompt``; other requests share the decode batch."""
-        loop = asyncio.get_running_loop()
-        req = _Request(list(prompt), params, loop.create_future(), loop)
-        with self._cond:
-            self._queue.append(req)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="agentrl-batcher", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-        return await req.future
+        return await self.driver.submit(_Request(list(prompt), params, self.driver.pending()))
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._queue and not self._cond.wait_for(lambda: self._queue, timeout=self.IDLE_EXIT_S):
-                    self._thread = None
-                    return
-            self.decoder = self.engine.new_decoder()  # the engine's current model and forward
-            try:
-                # Eval mode, threads and the prefix cache check once per busy period.
-                with self.engine.sampling_mode():
-                    while self.rows or self._queue:
-                        start = time.perf_counter()
-                        with torch.inference_mode():
-                            self._admit()
-                            self._step()
-                        self.stats.busy_s += time.perf_counter() - start
-            except BaseException as err:  # fail every waiter rather than hang them
-                with self._cond:
-                    failed, self._queue = self.rows + self._queue, []
-                for r in failed:
-                    _deliver(r, error=err)
-            finally:
-                self.rows, self.logits = [], None
-                self.decoder.release()
+    def _serve(self) -> None:
+        """One busy period: admit and step until nothing is queued or running."""
+        self.decoder = self.engine.new_decoder()  # the engine's current model and forward
+        try:
+            # Eval mode, threads and the prefix cache check once per busy period.
+            with self.engine.sampling_mode():
+                while self.rows or self.driver.queued:
+                    start = time.perf_counter()
+                    with torch.inference_mode():
+                        self._admit()
+                        self._step()
+                    self.stats.busy_s += time.perf_counter() - start
+        finally:
+            self.logits = None
+            self.decoder.release()
+
+    def _drain(self) -> list[_Request]:
+        """After a failed busy period: the rows it held (failed by the driver), forgotten."""
+        rows, self.rows = self.rows, []
+        return rows
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -135,8 +116,7 @@ class ContinuousBatcher:
         decoder = self.decoder
         if self.rows and not hasattr(decoder, "join"):
             return
-        with self._cond:
-            new, self._queue = [r for r in self._queue if not r.future.cancelled()], []
+        new = self.driver.take()
         if not new:
             return
         if self.rows and any(r.finish for r in self.rows):
@@ -196,7 +176,7 @@ class ContinuousBatcher:
         by_stops: dict[tuple[str, ...], list[int]] = {}
         for j in live:
             r = self.rows[j]
-            if r.future.cancelled():
+            if r.pending.cancelled:
                 r.finish = "cancelled"
             elif r.tokens[-1] in r.params.stop_token_ids:
                 r.finish = "stop"
@@ -218,7 +198,7 @@ class ContinuousBatcher:
             decoder.remember(done, [self.rows[j].prompt + self.rows[j].tokens[:-1] for j in done])
         for j in done:
             r = self.rows[j]
-            _deliver(r, Generation(r.tokens, r.logprobs, r.finish))
+            r.pending.resolve(Generation(r.tokens, r.logprobs, r.finish))
 
     def _compact(self) -> Tensor:
         """Drop finished rows from the decoder; returns the kept row indices."""
@@ -237,19 +217,3 @@ def _groups(rows: list[_Request], live: list[int]) -> dict[tuple[float, float], 
         out.setdefault((rows[j].params.temperature, rows[j].params.top_p), []).append(j)
     return out
 
-
-def _deliver(r: _Request, result: Generation | None = None, error: BaseException | None = None) -> None:
-    """Resolve a request's future on its own loop (from the driver thread)."""
-
-    def settle() -> None:
-        if r.future.done():  # cancelled meanwhile
-            return
-        if error is not None:
-            r.future.set_exception(error)
-        else:
-            r.future.set_result(result)
-
-    try:
-        r.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # that loop is closed: nobody waits any more
-        pass

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Any
 
 from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams, early_answer, validate_request
+from agentrl.engines.vllm_stepper import StepperStats
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +141,8 @@ class VLLMEngine:
     """
 
     # The rollout thread cannot share it: the same in-process LLM also serves the trainer's evaluation.
-    capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=False, can_sleep=True)
+    capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=False, can_sleep=True,
+                                      per_request_async=True)
 
     @classmethod
     def from_run(cls, cfg, model, tokenizer, model_path: str) -> "VLLMEngine":
@@ -183,6 +186,9 @@ class VLLMEngine:
         self._asleep = False
         self._weights_discarded = False
         self._warned_top_p = False
+        self.lock = threading.RLock()  # batch calls, the stepper's busy periods and weight syncs never interleave
+        self._stepper = None
+        self.batcher_stats = StepperStats()
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.") if model is not None else "auto"
         kwargs: dict[str, Any] = dict(
@@ -206,9 +212,42 @@ class VLLMEngine:
         self.llm = vllm.LLM(**kwargs)
         self.load_s = time.perf_counter() - t0
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        import torch
+
+        self.num_threads = torch.get_num_threads()  # OpenMP's count is per thread: the stepper's thread copies it
         self._vllm = vllm
 
     # -- generation ------------------------------------------------------------------------
+
+    def request_params(self, params: SamplingParams):
+        """vLLM's ``SamplingParams`` of one request (``agenerate``): row 0 of a batch call."""
+        return self._row_params(params, 1)[0]
+
+    @staticmethod
+    def generation_of(completion) -> Generation:
+        """A finished vLLM ``CompletionOutput`` as a Generation."""
+        return to_generation(completion.token_ids, completion.logprobs, completion.finish_reason)
+
+    async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:
+        """Sample one continuation of one prompt, continuously batched with every other
+        request in flight (vLLM's scheduler, stepped by a driver thread; see
+        ``agentrl.engines.vllm_stepper``)."""
+        check_request([prompt], params, self.max_model_len)
+        done = early_answer([prompt], params)
+        if done is not None:
+            return done[0]
+        self._warn_top_p(params)
+        if self._stepper is None:
+            from agentrl.engines.vllm_stepper import VLLMStepper
+
+            self._stepper = VLLMStepper(self, self.batcher_stats)
+        return await self._stepper.generate(prompt, params)
+
+    def _warn_top_p(self, params: SamplingParams) -> None:
+        if params.top_p < 1 and params.temperature > 0 and not self._warned_top_p:
+            self._warned_top_p = True
+            log.warning("top_p=%s < 1: vLLM's log-probs are under the renormalised nucleus (the HF engine's "
+                        "are not); the trainer's mismatch metric will show the difference", params.top_p)
 
     def _row_params(self, params: SamplingParams, n: int) -> list:
         common = dict(
@@ -230,20 +269,14 @@ class VLLMEngine:
         done = early_answer(prompts, params)
         if done is not None:
             return done
-        if params.top_p < 1 and params.temperature > 0 and not self._warned_top_p:
-            self._warned_top_p = True
-            log.warning("top_p=%s < 1: vLLM's log-probs are under the renormalised nucleus (the HF engine's "
-                        "are not); the trainer's mismatch metric will show the difference", params.top_p)
-        self.wake_up()
+        self._warn_top_p(params)
         from vllm.inputs import TokensPrompt
 
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                 self._row_params(params, len(prompts)), use_tqdm=False)
-        gens = []
-        for out in outs:
-            c = out.outputs[0]
-            gens.append(to_generation(c.token_ids, c.logprobs, c.finish_reason))
-        return gens
+        with self.lock:
+            self.wake_up()
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                                     self._row_params(params, len(prompts)), use_tqdm=False)
+        return [self.generation_of(out.outputs[0]) for out in outs]
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """Teacher-forced log-probs at T=1 under the engine's current weights.
@@ -253,10 +286,11 @@ class VLLMEngine:
         """
         from vllm.inputs import TokensPrompt
 
-        self.wake_up()
         check_request(sequences, SamplingParams(), self.max_model_len)
         sp = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False, ignore_eos=True)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], sp, use_tqdm=False)
+        with self.lock:
+            self.wake_up()
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], sp, use_tqdm=False)
         return [[0.0] + [float(pos[tok].logprob) for tok, pos in zip(seq[1:], out.prompt_logprobs[1:])]
                 for seq, out in zip(sequences, outs)]
 
@@ -271,6 +305,10 @@ class VLLMEngine:
         model = model if model is not None else self.model
         if model is None:
             raise ValueError("sync_weights needs the trainer's model: pass it here or as VLLMEngine(..., model=...)")
+        with self.lock:  # never under a running request
+            self._sync_weights(model)
+
+    def _sync_weights(self, model) -> None:
         t0 = time.perf_counter()
         if self._asleep:
             self.llm.wake_up(tags=["weights"])  # the KV cache stays released until the weights are in

@@ -8,6 +8,7 @@ batched); nothing is captured. The attempt routes are not opened (they are the t
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from agentrl.serve.server import EndpointServer
 from agentrl.serve.service import AttemptBudget, ChatService
@@ -16,17 +17,25 @@ from agentrl.serve.service import AttemptBudget, ChatService
 def build_service(model: str, *, template: str | None = None, max_total_tokens: int = 4096,
                   max_new_tokens: int = 1024, temperature: float = 1.0, seed: int = 0,
                   model_name: str | None = None) -> ChatService:
-    """A service over ``model``: a model directory, a checkpoint's HF directory, or ``tiny``."""
+    """A service over ``model``: a model directory, a training checkpoint
+    (``runs/NAME/checkpoints/step_XXXXXX``: its ``model/`` and its run's template), or ``tiny``."""
     from agentrl.chat import ChatTemplate
-    from agentrl.engines.hf import HFEngine
+    from agentrl.engines import engine_class
 
-    path = model
+    path, tool_call_format = model, None
     if model == "tiny":
         from agentrl.models.tiny import ensure_tiny_model
 
         path = str(ensure_tiny_model())
-    engine = HFEngine.from_pretrained(path, seed=seed)
-    chat = ChatTemplate(engine.tokenizer, template)
+    elif (Path(model) / "model" / "config.json").exists():  # a training checkpoint: its model, its run's template
+        path = str(Path(model) / "model")
+        if (Path(model) / "config.yaml").exists():
+            from agentrl.run.config import load_config
+
+            run = load_config(Path(model) / "config.yaml")
+            template, tool_call_format = template or run.model.template, run.model.tool_call_format
+    engine = engine_class("hf").from_pretrained(path, seed=seed)  # the registry: the core never names a leaf
+    chat = ChatTemplate(engine.tokenizer, template, tool_call_format=tool_call_format)
     budget = AttemptBudget(max_total_tokens=max_total_tokens, max_sampled_tokens=max_total_tokens,
                            max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0)
     return ChatService(engine, chat, budget, model_name=model_name or model)

@@ -1,0 +1,104 @@
+"""Requests from any event loop, served by one engine thread: the plumbing the continuously
+batched engines share (``continuous.py`` for the HF engine, ``vllm_stepper.py`` for vLLM).
+
+A request is queued with the future its caller awaits (on the caller's own loop). One daemon
+thread runs ``serve()`` while anything is queued; ``serve`` takes the queue (``take``) as
+often as it likes and returns when nothing is queued or running. Results go back to each
+request's loop thread-safely; an exception out of ``serve`` fails every request it had taken
+or left queued, so no caller hangs. The thread ends after ``idle_exit_s`` without work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class Pending:
+    """The awaiting side of one request."""
+
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def cancelled(self) -> bool:
+        return self.future.cancelled()
+
+    def resolve(self, result=None, error: BaseException | None = None) -> None:
+        """Set the result (or the error) on the requester's loop; from any thread."""
+
+        def settle() -> None:
+            if self.future.done():  # cancelled meanwhile
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+
+        try:
+            self.loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # that loop is closed: nobody waits any more
+            pass
+
+
+class DriverThread:
+    """One thread serving queued requests (see the module docstring).
+
+    ``serve()`` does the work; after it raised, ``in_flight()`` returns (and forgets) the
+    requests it held, which are failed with its error.
+    Requests are any objects with a ``pending: Pending`` attribute.
+    """
+
+    def __init__(self, name: str, serve: Callable[[], None], in_flight: Callable[[], list],
+                 idle_exit_s: float = 2.0):
+        self.name, self.serve, self.in_flight, self.idle_exit_s = name, serve, in_flight, idle_exit_s
+        self._queue: list = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return self._thread is None and not self._queue
+
+    @property
+    def queued(self) -> bool:
+        return bool(self._queue)
+
+    def pending(self) -> Pending:
+        """A ``Pending`` on the calling coroutine's loop."""
+        loop = asyncio.get_running_loop()
+        return Pending(loop.create_future(), loop)
+
+    async def submit(self, request):
+        """Queue ``request`` and await its result."""
+        with self._cond:
+            self._queue.append(request)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return await request.pending.future
+
+    def take(self) -> list:
+        """Everything queued (requests whose caller gave up are dropped)."""
+        with self._cond:
+            out, self._queue = [r for r in self._queue if not r.pending.cancelled], []
+        return out
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._cond.wait_for(lambda: self._queue, timeout=self.idle_exit_s):
+                    self._thread = None
+                    return
+            try:
+                self.serve()
+            except BaseException as err:  # fail every waiter rather than hang them
+                with self._cond:
+                    failed, self._queue = list(self.in_flight()) + self._queue, []
+                for r in failed:
+                    r.pending.resolve(error=err)
