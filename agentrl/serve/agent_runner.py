@@ -85,6 +85,7 @@ class AgentRunner:
 
     async def arun(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
                    seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
+        import httpx
         import openai
 
         start = time.perf_counter()
@@ -96,8 +97,12 @@ class AgentRunner:
             for i in range(num_samples):
                 group = f"{group_prefix}{task.id}"
                 key = self.service.open_attempt(self._budget(seed, (group, i)))
+                # Each attempt its own small pool: one shared by all of them makes httpcore scan
+                # every connection per request (quadratic at 64 agents); and plain HTTP on
+                # 127.0.0.1 needs no certificate bundle (loading one costs ~20 ms per client).
+                http = httpx.AsyncClient(verify=False, trust_env=False, timeout=self.settings.timeout_s)
                 client = openai.AsyncOpenAI(base_url=server.base_url(key), api_key="agentrl", max_retries=0,
-                                            timeout=self.settings.timeout_s)
+                                            timeout=self.settings.timeout_s, http_client=http)
                 jobs.append(self._attempt(task, i, group, key, client))
         results = await asyncio.gather(*jobs)
         trajectories = [t for r in results for t in r]
