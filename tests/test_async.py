@@ -202,8 +202,10 @@ def test_staleness_0_is_the_synchronous_loop_bit_for_bit(tmp_path):
     from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
     from agentrl.run.trainer import Trainer
 
+    # The lock-step loop: the per-attempt loop's log-probs depend, in the last float bits, on
+    # which attempts shared a decode batch, i.e. on tool timing (docs/agent_loop.md).
     over = ["train.steps=2", "eval.at_start=false", "eval.num_tasks=2", "train.checkpoint_every=100",
-            "train.num_iterations=2", "algo.is_level=token"]
+            "train.num_iterations=2", "algo.is_level=token", "rollout.loop=lockstep"]
     a = Trainer(load_config(CI_CFG, [*over, f"output_dir={tmp_path / 'a'}", "train.max_staleness=0"]))
     a.env.score = _parity_score
     threads_seen: list[str] = []

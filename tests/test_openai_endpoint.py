@@ -162,6 +162,9 @@ def test_a_history_rewrite_splits_the_attempt(scripted, tok):
     assert "(python printed 42)" in tok.decode(second.token_ids[: second.prompt_len])
     assert second.messages[-1].content == "<answer>42</answer>"
     assert agent_metrics(batch.trajectories) == {"agent/splits": 1.0, "agent/segments": 2.0, "agent/errors": 0.0}
+    from agentrl.inspect.summary import segment_note
+
+    assert "segment 2 of 2" in segment_note(second) and segment_note(batch.trajectories[-1]) != ""
 
 
 class _Env:
@@ -338,3 +341,23 @@ def test_openai_agent_example_learns(tmp_path):
     steps = [m for m in evals if "agent/splits" in m]
     assert steps and all(m["agent/errors"] == 0 for m in steps)
     assert torch.tensor([m["agent/splits"] for m in steps]).max() == 0  # the agent keeps its history
+
+
+def test_stop_strings_are_left_out_of_the_content_but_not_out_of_the_tokens(tok):
+    ids = tok.encode("the answer is 42 END and more", add_special_tokens=False)
+    service = ChatService(PerRequestScriptedEngine([ids]), ChatTemplate(tok), budget())
+    key = service.open_attempt(budget())
+    with EndpointServer(service) as server:
+        client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "?"}], stop=["END"])
+    assert r.choices[0].message.content == "the answer is 42" and r.choices[0].finish_reason == "stop"
+    seg = service.close_attempt(key).segments[0]
+    assert seg.seq.token_ids[seg.seq.spans[1].start:] == ids  # the sampled ids, whole
+
+
+def test_a_sync_agent_is_refused_with_the_fix(scripted):
+    service, server = scripted
+    runner = AgentRunner(service.engine, service.chat, lambda client, task: "not a coroutine")
+    runner._server, runner.service = server, service
+    with pytest.raises(TypeError, match="async def agent"):
+        runner.run([Task("t", "q", "a")], 1)

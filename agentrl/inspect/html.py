@@ -36,7 +36,7 @@ from agentrl.inspect.page_css import CSS
 from agentrl.inspect.page_js import JS
 from agentrl.inspect.scan import ScanResult
 from agentrl.inspect.sources import Sources
-from agentrl.inspect.summary import SummaryRow
+from agentrl.inspect.summary import SummaryRow, segment_note
 from agentrl.inspect.svg import line_chart_svg
 from agentrl.inspect.tokens import ratio_stats, tiling_segments
 from agentrl.types import SPAN_KINDS
@@ -65,6 +65,7 @@ def trajectory_data(rec: Record, decoding: Decoding, notes: list[str]) -> dict[s
     return {
         "where": rec.where, "step": rec.step, "group": t.group_id, "sample": t.sample_index,
         "reward": t.reward, "adv": t.advantage, "finish": t.finish_reason, "policy": t.policy_version,
+        "seg": segment_note(t),
         "prompt_len": t.prompt_len,
         "ids": t.token_ids,
         "text": decoding.decode(t.token_ids) if decoding.decode is not None else None,

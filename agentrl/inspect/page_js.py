@@ -141,7 +141,7 @@ function renderHead(t) {
   top.appendChild(el("b", null, "trajectory " + (cur + 1) + "/" + T.length + " \u00b7 " +
     (t.step === null ? "" : "step " + t.step + " \u00b7 ") + "group " + (t.group || "\u2014") + " \u00b7 sample " + t.sample + "  "));
   top.appendChild(badge(t.reward));
-  top.appendChild(el("span", null, "  advantage " + signed(t.adv) + " \u00b7 finish " + t.finish + " \u00b7 policy v" + t.policy));
+  top.appendChild(el("span", null, "  advantage " + signed(t.adv) + " \u00b7 finish " + t.finish + " \u00b7 policy v" + t.policy + (t.seg || "")));
   h.appendChild(top);
   var n = t.ids.length, trained = 0;
   for (var i = 0; i < n; i++) trained += t.mask[i] === 1 ? 1 : 0;

@@ -90,3 +90,11 @@ class SummaryAccumulator:
             model_token_frac=self._model_tokens / self._tokens if self._tokens else 0.0,
             problems=self.problems,
         )
+
+
+def segment_note(t: Trajectory) -> str:
+    """For an OpenAI-API agent's attempt that was split (its history rewritten): which part."""
+    n = t.metadata.get("segments")
+    if not isinstance(n, int) or n < 2:
+        return ""
+    return f"  · segment {int(t.metadata.get('segment', 0)) + 1} of {n} (the agent rewrote its history)"

@@ -33,7 +33,7 @@ from rich.text import Text
 
 from agentrl.inspect.decode import Decoding
 from agentrl.inspect.loader import Record
-from agentrl.inspect.summary import SummaryRow
+from agentrl.inspect.summary import SummaryRow, segment_note
 from agentrl.inspect.tokens import ratio_stats, span_facts, token_kinds
 from agentrl.types import Trajectory
 
@@ -94,7 +94,7 @@ def _header(t: Trajectory, rec: Record, ordinal: str) -> list[Text]:
     resp = len(t.token_ids) - t.prompt_len
     facts = Text(f"reward {_fmt(t.reward, 'g')}  advantage {adv}  finish {t.finish_reason}  "
                  f"policy v{t.policy_version}  tokens {len(t.token_ids)} = prompt {t.prompt_len} + "
-                 f"response {resp} (trained {sum(t.loss_mask)})")
+                 f"response {resp} (trained {sum(t.loss_mask)}){segment_note(t)}")
     rs = ratio_stats(t)
     if rs.tokens:
         ratio = Text(f"ratio π_old/μ over {rs.tokens} trained tokens: mean {rs.mean:.4f}, "

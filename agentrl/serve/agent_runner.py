@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from dataclasses import dataclass
 
@@ -85,8 +86,12 @@ class AgentRunner:
 
     async def arun(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
                    seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
-        import httpx
-        import openai
+        try:
+            import httpx
+            import openai
+        except ImportError as e:
+            raise ImportError("agents written against the OpenAI API need the openai SDK: "
+                              "pip install 'agentrl[serve]'") from e
 
         start = time.perf_counter()
         server = self.server
@@ -114,8 +119,14 @@ class AgentRunner:
 
     async def _attempt(self, task: Task, index: int, group: str, key: str, client) -> list[Trajectory]:
         error, answer = None, None
+        run = self.agent(client, task)
+        if not inspect.isawaitable(run):  # the user's mistake, not the attempt's: stop here
+            await client.close()
+            self.service.close_attempt(key)
+            raise TypeError(f"the agent returned {type(run).__name__}, not a coroutine: define it as "
+                            "`async def agent(self, client, task)` and await the client's calls")
         try:
-            answer = await asyncio.wait_for(self.agent(client, task), self.settings.timeout_s)
+            answer = await asyncio.wait_for(run, self.settings.timeout_s)
         except asyncio.TimeoutError:
             error = f"timeout: the agent ran over {self.settings.timeout_s:g} s"
         except Exception as e:  # the agent's own failure: reward 0, the batch goes on

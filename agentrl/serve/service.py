@@ -130,21 +130,23 @@ class ChatService:
         gen = await self.engine.agenerate(ids, params)
         self.stats.engine_s += loop.time() - start
         self.stats.sampled_tokens += len(gen.token_ids)
-        message = self._message(gen.token_ids, req)
+        message = self._message(gen.token_ids, gen.finish_reason, req)
         cap.record(gen, message)
         finish = "length" if gen.finish_reason == "length" else ("tool_calls" if message.tool_calls else "stop")
         texts = [self.chat.tokenizer.decode([t], skip_special_tokens=False) for t in gen.token_ids] \
             if req.logprobs else []
         return Completion(message, finish, len(ids), list(gen.token_ids), list(gen.logprobs), texts)
 
-    def _message(self, token_ids: list[int], req: ChatRequest) -> Message:
+    def _message(self, token_ids: list[int], finish_reason: str, req: ChatRequest) -> Message:
         """The assistant message handed back: parsed tool calls get fresh ids."""
         stopped = bool(token_ids) and token_ids[-1] in self.chat.stop_token_ids
         text = self.chat.tokenizer.decode(token_ids[:-1] if stopped else token_ids, skip_special_tokens=False)
-        for s in req.stop:  # OpenAI leaves the stop string out of the content
-            if text.endswith(s) or s in text[-len(s) - 8:]:
-                text = text[: text.rfind(s)]
-                break
+        if finish_reason == "stop" and not stopped and req.stop:
+            # A stop string ended the turn inside its last token: OpenAI leaves the string (and
+            # what that token wrote after it) out of the content; the sampled ids stay whole.
+            cut = max(text.rfind(s) for s in req.stop)
+            if cut >= 0:
+                text = text[:cut]
         if not req.tools or req.tool_choice == "none":
             return Message("assistant", text.strip())
         parsed = self.chat.parse_assistant(text, req.tools)
