@@ -276,6 +276,8 @@ def _slow_run(tmp_path: Path, k: int) -> list[dict]:
         "warmstart.enabled=true", "warmstart.num_demos=512", "warmstart.steps=200", "warmstart.lr=0.002",
         "warmstart.batch_size=16", "warmstart.corruption=0.0", "rollout.max_new_tokens=96",
         "rollout.max_total_tokens=600",
+        # every attempt through the update: its time is what the rollout thread overlaps
+        "train.skip_zero_advantage=false",
     ])
     trainer = Trainer(cfg)
     trainer.train()

@@ -37,6 +37,9 @@ class UpdateSettings:
     max_grad_norm: float = 1.0
     pad_id: int = 0
     device: str = "cpu"
+    # Attempts whose advantage is exactly 0 add nothing to the gradient when the objective has
+    # no KL term: skip their forward and backward (the normalizers still count them).
+    skip_zero_advantage: bool = True
 
 
 @dataclass
@@ -46,7 +49,9 @@ class UpdateStats:
     Two kinds of fields, by which pass they describe: ``loss``, ``pg_loss``, ``grad_norm`` and
     ``ratio_*`` describe the **last** iteration (the parameters the step ends with); ``entropy``,
     ``clip_frac``, ``kl``, ``mismatch_*`` and ``is_*`` describe the **first** iteration, where
-    π_θ = π_old (so they measure the batch as sampled). Token means are over trained tokens.
+    π_θ = π_old (so they measure the batch as sampled). Token means are over the tokens that
+    went through the model: attempts skipped for a zero advantage (``skipped_attempts``) are
+    in the loss's normalizers but not in these means, and get no ``old_logprobs``.
     """
 
     loss: float = 0.0  # last iteration
@@ -62,8 +67,9 @@ class UpdateStats:
     is_weight_mean: float = 1.0  # first iteration: min(π_old/μ, C); 1 when the IS weight is off
     is_weight_max: float = 1.0
     is_trunc_frac: float = 0.0  # first iteration: share of tokens at the cap
-    trained_attempts: int = 0
+    trained_attempts: int = 0  # in the loss (its normalizers count them)
     trained_tokens: int = 0
+    skipped_attempts: int = 0  # of those, advantage 0 and no KL term: no forward, no backward
 
     def metrics(self) -> dict[str, float]:
         """The logged names of these figures (see :data:`UPDATE_METRICS`)."""
@@ -74,6 +80,7 @@ class UpdateStats:
             "mismatch/abs_max": self.mismatch_max, "is/weight_mean": self.is_weight_mean,
             "is/weight_max": self.is_weight_max, "is/trunc_frac": self.is_trunc_frac,
             "train/attempts": float(self.trained_attempts), "train/tokens": float(self.trained_tokens),
+            "train/skipped_zero_adv": float(self.skipped_attempts),
         }
 
 
@@ -143,14 +150,19 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     Under torchrun, ``trajs`` are this rank's; every rank must call this (collectively).
     """
     stats = UpdateStats()
-    idx = [i for i, k in enumerate(keep) if k and sum(trajs[i].loss_mask) > 0]
-    rows = [trajs[i] for i in idx]
+    kept = [trajs[i] for i, k in enumerate(keep) if k and sum(trajs[i].loss_mask) > 0]
+    # With no KL term an attempt of advantage 0 has loss 0 at every token, so exactly zero
+    # gradient: it stays in the normalizers (the objective's counts) but not in the passes.
+    skip = settings.skip_zero_advantage and not objective.uses_reference
+    rows = [t for t in kept if not skip or (t.advantage or 0.0) != 0.0]
     plan = plan_micro_batches([len(t.token_ids) for t in rows], settings.micro_batch_tokens) if rows else []
-    seqs_f, tokens_f = sum_floats([len(rows), sum(sum(t.loss_mask) for t in rows)])
+    seqs_f, tokens_f, skipped_f, seen_f = sum_floats([len(kept), sum(sum(t.loss_mask) for t in kept),
+                                                      len(kept) - len(rows), sum(sum(t.loss_mask) for t in rows)])
     total_seqs, total_tokens = int(seqs_f), int(tokens_f)
     if total_seqs == 0:
         return stats
-    stats.trained_attempts, stats.trained_tokens = total_seqs, total_tokens
+    stats.trained_attempts, stats.trained_tokens, stats.skipped_attempts = total_seqs, total_tokens, int(skipped_f)
+    seen_tokens = max(1, int(seen_f))  # the diagnostics' denominator: tokens that went through the model
     pad_id, device, temperature = settings.pad_id, settings.device, objective.temperature
     batches = [collate(rows, p, pad_id, device) for p in plan]
     n_batches = int(max_floats([len(batches)])[0])
@@ -171,6 +183,10 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     first = _FirstPass()
     for it in range(settings.num_iterations):
         optimizer.zero_grad(set_to_none=True)
+        if not batches:  # every attempt skipped on every rank: the step a zero gradient makes
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
         loss_sum = pg_sum = 0.0
         rmax, rsum = 0.0, 0.0
         for b, mb in enumerate(batches):
@@ -199,22 +215,25 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
                     first.is_weight += float((isw * m).sum())
                     first.is_trunc += float(((isw >= objective.is_cap - 1e-6).float() * m).sum())
                     first.is_weight_max = max(first.is_weight_max, float((isw * m).max()))
-        gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], settings.max_grad_norm)
+        # listed here, after the passes: FSDP2 swaps in the parameters that carry the gradients
+        gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                            settings.max_grad_norm)
         optimizer.step()
         scheduler.step()
         loss_sum, pg_sum, rsum = sum_floats([loss_sum, pg_sum, rsum])
         stats.loss, stats.pg_loss, stats.grad_norm = loss_sum, pg_sum, _full_norm(gn)
-        stats.ratio_mean, stats.ratio_max = rsum / total_tokens, max_floats([rmax])[0]
+        stats.ratio_mean = rsum / seen_tokens if int(seen_f) else 1.0
+        stats.ratio_max = max_floats([rmax])[0] if int(seen_f) else 1.0
     optimizer.zero_grad(set_to_none=True)
 
     ent, clip, kl, mis, isw_sum, trunc = sum_floats(
         [first.entropy, first.clip, first.kl, first.mismatch, first.is_weight, first.is_trunc])
     stats.mismatch_max = max_floats([first.mismatch_max])[0]
-    stats.entropy, stats.clip_frac, stats.kl = ent / total_tokens, clip / total_tokens, kl / total_tokens
-    stats.mismatch_mean = mis / total_tokens
-    if objective.uses_is_weights:
-        stats.is_weight_mean = isw_sum / total_tokens
-        stats.is_trunc_frac = trunc / total_tokens
+    stats.entropy, stats.clip_frac, stats.kl = ent / seen_tokens, clip / seen_tokens, kl / seen_tokens
+    stats.mismatch_mean = mis / seen_tokens
+    if objective.uses_is_weights and int(seen_f):
+        stats.is_weight_mean = isw_sum / seen_tokens
+        stats.is_trunc_frac = trunc / seen_tokens
         stats.is_weight_max = max_floats([first.is_weight_max])[0]
     for b, mb in enumerate(batches):
         o = (old[b] * mb.loss_mask).tolist()

@@ -110,6 +110,9 @@ class TrainConfig:
     prompts_per_step: int = 8
     num_iterations: int = 1  # optimizer steps per batch (μ in the GRPO paper)
     micro_batch_tokens: int = 8192  # padded tokens per forward; bounds memory
+    # Attempts with advantage 0 skip the update's passes when there is no KL term (same update;
+    # they get no π_old). False scores every attempt (π_old for all of them, e.g. for the inspector).
+    skip_zero_advantage: bool = True
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     log_rollouts: bool = True

@@ -153,7 +153,8 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(cfg, self.model)
         self.update_settings = UpdateSettings(
             micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
-            max_grad_norm=cfg.optim.max_grad_norm, pad_id=self.tokenizer.pad_token_id, device=self.dist.device)
+            max_grad_norm=cfg.optim.max_grad_norm, pad_id=self.tokenizer.pad_token_id, device=self.dist.device,
+            skip_zero_advantage=cfg.train.skip_zero_advantage)
 
     def _restore(self, ckpt: Path) -> None:
         """Optimizer, scheduler, RNG and step from ``ckpt``, in whichever format it was written."""

@@ -79,6 +79,7 @@ def build_trainer(profile: Profile, work: Path, model_dir: Path, log) -> tuple[o
         f"rollout.max_turns={profile.scripted_tool_turns + 1}", f"rollout.max_new_tokens={profile.free_new_tokens}",
         "rollout.max_total_tokens=2048", f"train.micro_batch_tokens={profile.update_micro_batch_tokens}",
         "eval.at_start=false", "eval.every=0", "train.checkpoint_every=1000", "optim.lr=1e-6",
+        "train.skip_zero_advantage=false",  # the log-prob check needs π_old of every attempt
     ])
     trainer = Trainer(cfg, log=log)
     return trainer, use_tool_without_bwrap(trainer)
