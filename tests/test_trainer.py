@@ -56,8 +56,12 @@ def test_one_step_changes_weights_and_writes_run_dir(tmp_path, capsys):
     for t in trajs:
         t.check()
         assert t.advantage is not None and t.reward is not None
+        if t.advantage == 0.0:  # no KL term: skipped by the update (train.skip_zero_advantage)
+            assert t.old_logprobs is None
+            continue
         assert t.old_logprobs is not None and len(t.old_logprobs) == len(t.token_ids)
         assert all(o == 0.0 for o, m in zip(t.old_logprobs, t.loss_mask) if m == 0)
+    assert any(t.old_logprobs is not None for t in trajs)
         # π_old is scored on the sampler's own tokens: it agrees with the sampler's log-probs
         diffs = [abs(o - s) for o, s, m in zip(t.old_logprobs, t.logprobs, t.loss_mask) if m]
         assert max(diffs, default=0.0) < 1e-3

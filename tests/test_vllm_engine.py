@@ -458,7 +458,8 @@ def test_trainer_step_with_model_engine_vllm(tmp_path):
     run = tmp_path / "run"
     args = [sys.executable, "-m", "agentrl", "train", str(root / "examples" / "arithmetic_ci.yaml"),
             f"output_dir={run}", "train.steps=1", "eval.num_tasks=4", "model.engine=vllm", "model.num_threads=1",
-            "model.engine_args={dtype: float32, kv_cache_memory_bytes: 134217728}"]
+            "model.engine_args={dtype: float32, kv_cache_memory_bytes: 134217728}",
+            "train.skip_zero_advantage=false"]  # π_old of every attempt, to compare with vLLM's μ
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
