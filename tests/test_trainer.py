@@ -61,10 +61,10 @@ def test_one_step_changes_weights_and_writes_run_dir(tmp_path, capsys):
             continue
         assert t.old_logprobs is not None and len(t.old_logprobs) == len(t.token_ids)
         assert all(o == 0.0 for o, m in zip(t.old_logprobs, t.loss_mask) if m == 0)
-    assert any(t.old_logprobs is not None for t in trajs)
         # π_old is scored on the sampler's own tokens: it agrees with the sampler's log-probs
         diffs = [abs(o - s) for o, s, m in zip(t.old_logprobs, t.logprobs, t.loss_mask) if m]
         assert max(diffs, default=0.0) < 1e-3
+    assert any(t.old_logprobs is not None for t in trajs)
     assert list((run / "tensorboard").iterdir())
     assert (run / "plots" / "curves.png").stat().st_size > 1000
     ck = list_checkpoints(run)
