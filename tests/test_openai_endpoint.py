@@ -218,7 +218,7 @@ def test_hostile_and_malformed_requests_get_openai_errors(scripted):
         (json.dumps({**ok, "tool_choice": "required"}).encode(), 400, "tool_choice"),
         (json.dumps({**ok, "tool_choice": {"type": "function", "function": {"name": "python"}}}).encode(), 400,
          "tool_choice"),
-        (json.dumps({**ok, "stream": True}).encode(), 400, "stream"),
+        (json.dumps({**ok, "stream": "yes"}).encode(), 400, "stream"),
         (json.dumps({**ok, "n": 2}).encode(), 400, "n=2"),
         (json.dumps({**ok, "temperature": 7}).encode(), 400, "temperature"),
         (json.dumps({**ok, "top_p": 0}).encode(), 400, "top_p"),
@@ -361,3 +361,28 @@ def test_a_sync_agent_is_refused_with_the_fix(scripted):
     runner._server, runner.service = server, service
     with pytest.raises(TypeError, match="async def agent"):
         runner.run([Task("t", "q", "a")], 1)
+
+
+def test_streaming_gives_the_same_tool_call_and_the_same_capture(scripted, tok):
+    """stream=true (server-sent events, read by the SDK): the tool call, its id and the answer
+    arrive as chunks, usage last; the attempt is captured as without streaming."""
+    service, server = scripted
+    key = service.open_attempt(budget())
+    client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 6*7?"}]
+    chunks = list(client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True,
+                                                 stream_options={"include_usage": True}))
+    calls = [c for ch in chunks if ch.choices for c in (ch.choices[0].delta.tool_calls or [])]
+    finish = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finish == ["tool_calls"] and chunks[-1].usage.completion_tokens > 0 and len(calls) == 1
+    assert calls[0].function.name == "python" and json.loads(calls[0].function.arguments) == {"code": "print(6*7)"}
+    messages += [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": calls[0].id, "type": "function", "function": {"name": "python", "arguments": calls[0].function.arguments}}]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": "42\n"}]
+    text = "".join(ch.choices[0].delta.content or "" for ch in
+                   client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True) if ch.choices)
+    assert text == "<answer>42</answer>"
+    [got] = service.close_attempt(key).trajectories(group_id="t", sample_index=0, task_id="t", family="f",
+                                                    policy_version=0)
+    got.check()
+    assert [s.kind for s in got.spans] == ["prompt", "model", "template", "tool", "template", "model"]

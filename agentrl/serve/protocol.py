@@ -1,7 +1,8 @@
 """The OpenAI Chat Completions wire format: a request body checked into a typed request, and
 the response and error bodies.
 
-Only what a token-exact trainer can honour is accepted; everything else is refused with an
+Streaming (``stream=true``) answers with the same completion as server-sent events once it is
+generated. Only what a token-exact trainer can honour is accepted; everything else is refused with an
 OpenAI-style 400 that names the parameter (``{"error": {"message", "type", "param", "code"}}``),
 never ignored silently.
 """
@@ -45,6 +46,8 @@ class ChatRequest:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     logprobs: bool = False
+    stream: bool = False  # answer as server-sent events (the whole completion, then [DONE])
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
 
 
 def _number(body: dict, name: str, default: float | None, lo: float, hi: float, *,
@@ -142,8 +145,12 @@ def parse_request(body: Any, *, max_tokens_limit: int) -> ChatRequest:
     """Check a decoded JSON body; raises RequestError naming the first problem."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
-    if body.get("stream"):
-        raise RequestError("stream=true is not supported: request the whole completion", "stream")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("stream must be true or false", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise RequestError("stream_options must be an object", "stream_options")
     n = body.get("n", 1)
     if n != 1:
         raise RequestError(f"n={n!r}: only n=1 is supported (send one request per sample)", "n")
@@ -176,7 +183,8 @@ def parse_request(body: Any, *, max_tokens_limit: int) -> ChatRequest:
         model=model, messages=parse_messages(body.get("messages")), tools=parse_tools(body.get("tools")),
         tool_choice=choice, temperature=_number(body, "temperature", None, 0.0, 2.0),
         top_p=_number(body, "top_p", None, 0.0, 1.0, lo_open=True), max_tokens=limit, stop=list(stop),
-        seed=seed, logprobs=bool(body.get("logprobs", False)))
+        seed=seed, logprobs=bool(body.get("logprobs", False)), stream=stream,
+        include_usage=bool(options.get("include_usage", False)))
 
 
 @dataclass
@@ -191,21 +199,51 @@ class Completion:
     token_texts: list[str] = field(default_factory=list)  # per sampled token, when logprobs were asked for
 
 
+def _logprobs_body(c: Completion) -> dict[str, Any]:
+    return {"content": [{"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []}
+                        for text, lp in zip(c.token_texts, c.logprobs)]}
+
+
+def completion_chunks(c: Completion, model: str, want_logprobs: bool, include_usage: bool) -> list[dict[str, Any]]:
+    """The completion as ``chat.completion.chunk`` events, in the order OpenAI sends them: the
+    role, the content, the tool calls (each whole, with its index), the finish reason, and the
+    usage when asked for. Generation is not streamed token by token: the events follow it."""
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs=None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if c.message.content:
+        out.append(chunk({"content": c.message.content}, logprobs=_logprobs_body(c) if want_logprobs else None))
+    if c.message.tool_calls:
+        out.append(chunk({"tool_calls": [
+            {"index": i, "id": call.id, "type": "function",
+             "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
+            for i, call in enumerate(c.message.tool_calls)]}))
+    out.append(chunk({}, c.finish_reason))
+    if include_usage:
+        out.append({**head, "choices": [], "usage": _usage(c)})
+    return out
+
+
+def _usage(c: Completion) -> dict[str, int]:
+    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": len(c.token_ids),
+            "total_tokens": c.prompt_tokens + len(c.token_ids)}
+
+
 def completion_body(c: Completion, model: str, want_logprobs: bool) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": c.message.content or None}
     if c.message.tool_calls:
         msg["tool_calls"] = [{"id": call.id, "type": "function",
                               "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
                              for call in c.message.tool_calls]
-    logprobs = None
-    if want_logprobs:
-        logprobs = {"content": [{"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []}
-                                for text, lp in zip(c.token_texts, c.logprobs)]}
+    logprobs = _logprobs_body(c) if want_logprobs else None
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": msg, "finish_reason": c.finish_reason, "logprobs": logprobs,
                      "token_ids": c.token_ids}],
-        "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": len(c.token_ids),
-                  "total_tokens": c.prompt_tokens + len(c.token_ids)},
+        "usage": _usage(c),
     }

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 
-from agentrl.serve.protocol import RequestError, completion_body, parse_request
+from agentrl.serve.protocol import RequestError, completion_body, completion_chunks, parse_request
 from agentrl.serve.service import ChatService
 
 MAX_BODY_BYTES = 8 << 20
@@ -58,7 +58,7 @@ def build_app(service: ChatService, *, max_body_bytes: int = MAX_BODY_BYTES):
     """The Starlette application of ``service``."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     budget = service.default_budget
@@ -72,7 +72,12 @@ def build_app(service: ChatService, *, max_body_bytes: int = MAX_BODY_BYTES):
         except RequestError as err:
             service.stats.refused += 1
             return _error(err)
-        return JSONResponse(completion_body(done, req.model or service.model_name, req.logprobs))
+        model = req.model or service.model_name
+        if req.stream:
+            events = "".join(f"data: {json.dumps(e)}\n\n"
+                             for e in completion_chunks(done, model, req.logprobs, req.include_usage))
+            return Response(events + "data: [DONE]\n\n", media_type="text/event-stream")
+        return JSONResponse(completion_body(done, model, req.logprobs))
 
     async def models(request):
         return JSONResponse({"object": "list", "data": [
