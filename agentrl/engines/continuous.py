@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from agentrl.engines.base import Generation, SamplingParams
-from agentrl.engines.driver import DriverThread, Pending
+from agentrl.engines.driver import BatcherStats, DriverThread, Pending
 from agentrl.engines.sampling import StopStrings, sample_tokens
 
 
@@ -49,17 +49,6 @@ class _Request:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None  # None while running; "cancelled" when its awaiter went away
-
-
-@dataclass
-class BatcherStats:
-    """What the drivers of an engine did since it was created (monotone counters)."""
-
-    steps: int = 0  # decode steps (each samples one token for every running row)
-    busy_s: float = 0.0  # seconds the driver computed (prefill, sampling, decode steps)
-    admitted: int = 0  # requests that joined a running batch or started one
-    joins: int = 0  # admissions into a batch that already had running rows
-    max_rows: int = 0  # the largest batch it ran
 
 
 class ContinuousBatcher:

@@ -17,6 +17,17 @@ from dataclasses import dataclass
 
 
 @dataclass
+class BatcherStats:
+    """What an engine's driver did since the engine was created (monotone counters)."""
+
+    steps: int = 0  # engine steps (each samples one token for every running request)
+    busy_s: float = 0.0  # seconds the driver computed (prefill, sampling, decode steps)
+    admitted: int = 0  # requests that joined a running batch or started one
+    joins: int = 0  # admissions while other requests were running
+    max_rows: int = 0  # the most requests it ran at once
+
+
+@dataclass
 class Pending:
     """The awaiting side of one request."""
 

@@ -26,7 +26,8 @@ from contextlib import contextmanager
 import torch
 
 from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams, early_answer, validate_request
-from agentrl.engines.continuous import BatcherStats, ContinuousBatcher
+from agentrl.engines.continuous import ContinuousBatcher
+from agentrl.engines.driver import BatcherStats
 from agentrl.engines.decode import FastDecoder, make_decoder
 from agentrl.engines.stock_decoder import StockDecoder
 from agentrl.engines.prefix_cache import PrefixCache

@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams, early_answer, validate_request
-from agentrl.engines.vllm_stepper import StepperStats
+from agentrl.engines.driver import BatcherStats
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class VLLMEngine:
         self._warned_top_p = False
         self.lock = threading.RLock()  # batch calls, the stepper's busy periods and weight syncs never interleave
         self._stepper = None
-        self.batcher_stats = StepperStats()
+        self.batcher_stats = BatcherStats()
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.") if model is not None else "auto"
         kwargs: dict[str, Any] = dict(

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from agentrl.engines.base import SamplingParams
-from agentrl.engines.driver import DriverThread, Pending
+from agentrl.engines.driver import BatcherStats, DriverThread, Pending
 
 
 @dataclass
@@ -29,18 +29,10 @@ class _Request:
     request_id: str = ""
 
 
-@dataclass
-class StepperStats:
-    steps: int = 0  # vLLM engine steps
-    busy_s: float = 0.0  # seconds the driver spent in them
-    admitted: int = 0
-    joins: int = 0  # requests added while others were running
-
-
 class VLLMStepper:
     """Serves ``agenerate`` for a ``VLLMEngine`` (see the module docstring)."""
 
-    def __init__(self, engine, stats: StepperStats):
+    def __init__(self, engine, stats: BatcherStats):
         self.engine = engine
         self.stats = stats
         self.running: dict[str, _Request] = {}
@@ -72,6 +64,7 @@ class VLLMStepper:
                         self.stats.joins += bool(self.running)
                         self.running[r.request_id] = r
                         self.stats.admitted += 1
+                    self.stats.max_rows = max(self.stats.max_rows, len(self.running))
                     gone = [rid for rid, r in self.running.items() if r.pending.cancelled]
                     if gone:
                         llm_engine.abort_request(gone)
