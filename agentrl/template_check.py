@@ -217,6 +217,7 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
     """
     from transformers import AutoTokenizer
 
+    shown, model_or_dir = model_or_dir, _gguf_converted(model_or_dir)
     hint = ("Without network access, pass a local directory that holds the tokenizer files "
             "(tokenizer_config.json with tokenizer.json or vocab.json/merges.txt).")
     if model_or_dir.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(model_or_dir)):
@@ -238,7 +239,7 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
     except TemplateError as e:
         print(f"error: {e}")
         return 1
-    name = template or f"the chat template of {model_or_dir}"
+    name = template or f"the chat template of {shown}"
     if check.passed:
         print(f"PASS: {name} is prefix-preserving under tool appends")
         if check.tool_call_format:
@@ -251,6 +252,15 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
         print(f"note: {check.notes}")
     print(f"fix: {check.fix}")
     return 1
+
+
+def _gguf_converted(model_or_dir: str) -> str:
+    """The cached HF directory of a GGUF model (``smollm2``, a ``.gguf`` file), converting it
+    on first use, so the tokenizer checked is the one training loads; anything else unchanged."""
+    from agentrl.models.gguf import resolve_gguf
+
+    converted = resolve_gguf(model_or_dir)
+    return str(converted) if converted is not None else model_or_dir
 
 
 def _first_line(e: Exception) -> str:
@@ -328,7 +338,7 @@ def run_check_corpus(directory: str, model_or_dir: str) -> int:
     if not os.path.isdir(directory):
         print(f"error: no such directory {directory!r}: pass a folder of .jinja chat templates")
         return 1
-    tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(model_or_dir))
+    tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(_gguf_converted(model_or_dir)))
     rows = check_corpus(directory, tokenizer)
     for row in rows:
         print(corpus_line(row))

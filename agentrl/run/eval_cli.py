@@ -10,9 +10,12 @@ from agentrl.run.evaluate import EvalResult, evaluate
 
 
 def run_eval_checkpoint(cfg: Config, checkpoint: str | Path) -> EvalResult:
-    """Evaluate the model in ``checkpoint`` (a checkpoint dir with ``model/``, or a model dir)."""
+    """Evaluate the model in ``checkpoint`` (a checkpoint dir with ``model/``, a model dir, or a
+    GGUF model: ``smollm2`` or a ``.gguf`` file, converted once into the cache)."""
+    from agentrl.models.gguf import resolve_gguf
+
     ckpt = Path(checkpoint)
-    model_dir = ckpt / "model" if (ckpt / "model").is_dir() else ckpt
+    model_dir = ckpt / "model" if (ckpt / "model").is_dir() else resolve_gguf(str(checkpoint)) or ckpt
     env = make_env(cfg)
     rt = build_runtime(cfg, env, str(model_dir))
     tasks = env.tasks("test")[: cfg.eval.num_tasks]

@@ -18,15 +18,19 @@ def build_service(model: str, *, template: str | None = None, max_total_tokens: 
                   max_new_tokens: int = 1024, temperature: float = 1.0, seed: int = 0,
                   model_name: str | None = None) -> ChatService:
     """A service over ``model``: a model directory, a training checkpoint
-    (``runs/NAME/checkpoints/step_XXXXXX``: its ``model/`` and its run's template), or ``tiny``."""
+    (``runs/NAME/checkpoints/step_XXXXXX``: its ``model/`` and its run's template), ``tiny``,
+    or a GGUF model (``smollm2`` or a ``.gguf`` file, converted once into the cache)."""
     from agentrl.chat import ChatTemplate
     from agentrl.engines import engine_class
+    from agentrl.models.gguf import resolve_gguf
 
     path, tool_call_format = model, None
     if model == "tiny":
         from agentrl.models.tiny import ensure_tiny_model
 
         path = str(ensure_tiny_model())
+    elif (converted := resolve_gguf(model)) is not None:
+        path = str(converted)
     elif (Path(model) / "model" / "config.json").exists():  # a training checkpoint: its model, its run's template
         path = str(Path(model) / "model")
         if (Path(model) / "config.yaml").exists():
