@@ -143,6 +143,10 @@ class _Attempt:
     # calls the current turn asked for; parse errors are observations too
     pending: list[ToolCall | str] = field(default_factory=list)
     sampled_end: str | None = None  # the turn-closing marker the last sampled turn ended with
+    # mid-turn formats (code_block): the assistant turn continues after a pause
+    paused: bool = False  # the last generation paused inside the turn (a block closed)
+    turn_start: int = 0  # index in seq of the current assistant turn's first token
+    mid_stop: object = None  # the format's stop record of the call now running
 
 
 class RolloutRunner:
@@ -155,6 +159,11 @@ class RolloutRunner:
         self.config = config or RolloutConfig()
         self.tokenizer = chat.tokenizer
         self._answer_re = re.compile(self.config.answer_pattern or DEFAULT_ANSWER_PATTERN, re.DOTALL)
+        self._mid = chat.format.mid_turn
+        if self._mid is not None and self._mid.tool not in toolbox.tools:
+            raise ValueError(f"tool_call_format={chat.tool_call_format!r} runs the model's code blocks in a tool "
+                             f"named {self._mid.tool!r}, and the toolbox has {sorted(toolbox.tools) or 'none'}: "
+                             f"add the python tool (agentrl.tools.python_tool())")
 
     def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
             seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
@@ -166,7 +175,9 @@ class RolloutRunner:
         cfg = self.config
         stats = RolloutStats()
         t_start = time.perf_counter()
-        tools = self.toolbox.schemas() or None
+        # a mid-turn format's code runs from fenced blocks the system prompt teaches: a template's
+        # tool section would describe a call syntax (<tool_call>...) the format never reads
+        tools = None if self._mid is not None else self.toolbox.schemas() or None
         attempts: list[_Attempt] = []
         for task in tasks:
             head = [Message("system", system_prompt)] if system_prompt else []
@@ -210,7 +221,8 @@ class RolloutRunner:
         return SamplingParams(max_new_tokens=max(1, min(cfg.max_new_tokens, max_new_tokens)),
                               temperature=cfg.temperature, top_p=cfg.top_p,
                               stop_token_ids=list(self.chat.stop_token_ids),
-                              stop_strings=list(cfg.stop_strings), seed=seed)
+                              stop_strings=[*cfg.stop_strings, *(self._mid.stop_strings if self._mid else ())],
+                              seed=seed)
 
     # -- the per-attempt loop -------------------------------------------------------------
 
@@ -282,10 +294,18 @@ class RolloutRunner:
         if len(ids) > budget:  # the row ran past the whole-sequence budget
             ids, lps, finish = ids[:budget], lps[:budget], "length"
         a.turns += 1
+        continuing, a.paused = a.paused, False
+        if not continuing:
+            a.turn_start = len(a.seq)
         a.seq.append(ids, "model", lps)
         stopped_on_token = bool(ids) and ids[-1] in self.chat.stop_token_ids
+        if continuing:  # one assistant message per turn, however many pauses it had
+            a.messages.pop()
+        if self._mid is not None and finish == "stop" and not stopped_on_token and self._paused(a, ids):
+            return
         body = ids[:-1] if stopped_on_token else ids
-        text = self.tokenizer.decode(body, skip_special_tokens=False)
+        text = self._model_text(a, len(a.seq) - (1 if stopped_on_token else 0)) if self._mid else \
+            self.tokenizer.decode(body, skip_special_tokens=False)
         # The schemas type the arguments of formats that write them as text (XML forms).
         parsed = self.chat.parse_assistant(text, self.toolbox.schemas() or None)
         a.messages.append(Message("assistant", parsed.content, tool_calls=list(parsed.tool_calls)))
@@ -299,6 +319,30 @@ class RolloutRunner:
                 a.void_turns += 1
             a.finish_reason = "stop"
 
+    def _model_text(self, a: _Attempt, end: int) -> str:
+        """The model's own text of the current turn up to ``end``: tool spans inside the turn
+        are left out, so a checker never reads an answer the model only saw in an output."""
+        parts = [a.seq.token_ids[max(s.start, a.turn_start):min(s.end, end)]
+                 for s in a.seq.spans if s.kind == "model" and s.end > a.turn_start]
+        return "".join(self.tokenizer.decode(p, skip_special_tokens=False) for p in parts if p)
+
+    def _paused(self, a: _Attempt, ids: list[int]) -> bool:
+        """A mid-turn format's pause: decide whether a block runs, the turn resumes, or an
+        invented output ends the attempt. False when a user's own stop string ended the turn."""
+        mid = self._mid
+        tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=False)
+        if not any(s in tail for s in mid.stop_strings):
+            return False
+        stop = mid.at_stop(self.tokenizer.decode(a.seq.token_ids[a.turn_start:], skip_special_tokens=False))
+        a.messages.append(Message("assistant", self._model_text(a, len(a.seq)).strip()))
+        if stop.fabricated:
+            a.void_turns += 1
+            a.finish_reason = "stop"
+            return True
+        a.paused, a.mid_stop = True, stop
+        a.pending = [stop.call] if stop.call is not None else []
+        return True
+
     async def _one_call(self, a: _Attempt, call: ToolCall | str, turn: int) -> ToolCallRecord:
         if isinstance(call, str):  # the model wrote a call that could not be parsed
             return ToolCallRecord(name="", arguments={}, result=f"Error: {call}", error="parse_error",
@@ -308,6 +352,8 @@ class RolloutRunner:
                               error=res.error, latency_s=res.latency_s, turn=turn)
 
     def _append_observations(self, a: _Attempt, tools: list[dict] | None) -> None:
+        if self._mid is not None and a.paused:
+            return self._append_output(a)
         records = a.records[len(a.records) - len(a.pending):]
         new = []
         for call, rec in zip(a.pending, records):
@@ -325,6 +371,15 @@ class RolloutRunner:
         a.pending = []
         for s in segments:
             a.seq.append(s.token_ids, s.kind)
+        if len(a.seq) >= self.config.max_total_tokens:
+            a.finish_reason = "length"
+
+    def _append_output(self, a: _Attempt) -> None:
+        """The real output of a mid-turn call, as tool tokens inside the assistant turn."""
+        if a.pending:
+            text = self._mid.observation(a.mid_stop, a.records[-1].result)
+            a.seq.append(self.tokenizer.encode(text, add_special_tokens=False), "tool")
+        a.pending, a.mid_stop = [], None
         if len(a.seq) >= self.config.max_total_tokens:
             a.finish_reason = "length"
 

@@ -16,6 +16,7 @@ import asyncio
 from typing import Callable
 
 from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams
+from agentrl.engines.sampling import StopStrings
 
 Script = Callable[[list[int], int], list[int]]
 
@@ -25,14 +26,16 @@ class ScriptedEngine:
 
     Rows of one rollout move through turns together, so the call index is the turn index.
     A callable ``script(prompt_ids, call_index) -> ids`` gives per-row answers instead.
-    Each sampled token gets log-prob ``logprob``.
+    Each sampled token gets log-prob ``logprob``. With a ``tokenizer``, ``params.stop_strings``
+    end a row as the real engines end it: after the token in whose text a stop string ends.
     """
 
     capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False)
 
-    def __init__(self, turns: list[list[int]] | Script, logprob: float = -0.5):
+    def __init__(self, turns: list[list[int]] | Script, logprob: float = -0.5, tokenizer=None):
         self._script: Script = turns if callable(turns) else (lambda _p, k: turns[k])
         self.logprob = logprob
+        self.tokenizer = tokenizer
         self.calls = 0
         self.policy_version = 0
 
@@ -44,8 +47,9 @@ class ScriptedEngine:
     def _answer(self, prompt: list[int], turn: int, params: SamplingParams) -> Generation:
         ids = list(self._script(prompt, turn))
         finish = "length"
+        stops = StopStrings(self.tokenizer, params.stop_strings) if self.tokenizer is not None else None
         for i, t in enumerate(ids):
-            if t in params.stop_token_ids:
+            if t in params.stop_token_ids or (stops is not None and stops.hits([ids[: i + 1]])[0]):
                 ids, finish = ids[: i + 1], "stop"
                 break
         if len(ids) > params.max_new_tokens:
@@ -75,8 +79,8 @@ class PerRequestScriptedEngine(ScriptedEngine):
     capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False,
                                       per_request_async=True)
 
-    def __init__(self, turns: list[list[int]] | Script, logprob: float = -0.5):
-        super().__init__(turns, logprob)
+    def __init__(self, turns: list[list[int]] | Script, logprob: float = -0.5, tokenizer=None):
+        super().__init__(turns, logprob, tokenizer)
         self.seen: set[tuple[int, ...]] = set()
         self.request_log: list[tuple[int, ...]] = []  # prompts in the order requests arrived
 

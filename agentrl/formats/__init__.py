@@ -26,13 +26,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agentrl.formats import (atem_xml, deepseek_v3, gemma4, glm4, harmony, hermes, llama3_json, mistral, pythonic,
-                             qwen_xml)
+from agentrl.formats import (atem_xml, code_block, deepseek_v3, gemma4, glm4, harmony, hermes, llama3_json, mistral,
+                             pythonic, qwen_xml)
 from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
 from agentrl.types import Message, ToolCall
 
 FORMATS: dict[str, ToolCallFormat] = {m.FORMAT.name: m.FORMAT for m in (
-    hermes, llama3_json, qwen_xml, glm4, harmony, gemma4, deepseek_v3, mistral, pythonic, atem_xml)}
+    hermes, llama3_json, qwen_xml, glm4, harmony, gemma4, deepseek_v3, mistral, pythonic, atem_xml, code_block)}
+# formats a chat template renders (and detection can find); mid-turn ones never pass through it
+TEMPLATE_FORMATS = tuple(name for name, fmt in FORMATS.items() if fmt.mid_turn is None)
 
 # (chat messages in the transformers dict form, tools, add_generation_prompt) -> rendered text
 Renderer = Callable[[list[dict[str, Any]], ToolSchemas, bool], str]
@@ -127,7 +129,7 @@ def reads_back(fmt: ToolCallFormat, text: str, calls: list[ToolCall], tools: Too
 
 def matching_formats(text: str, calls: list[ToolCall], tools: ToolSchemas = None) -> list[str]:
     """Every registered format that reads ``calls`` back from ``text``."""
-    return [name for name, fmt in FORMATS.items() if reads_back(fmt, text, calls, tools)]
+    return [name for name in TEMPLATE_FORMATS if reads_back(FORMATS[name], text, calls, tools)]
 
 
 def detect_format(render: Renderer) -> str:
@@ -152,5 +154,5 @@ def detect_format(render: Renderer) -> str:
                                f"({probe.text.strip()[:160]!r}); {FIX}")
 
 
-__all__ = ["FORMATS", "FormatDetectionError", "ParsedTurn", "ProbeRendering", "ToolCallFormat", "chat_messages",
+__all__ = ["FORMATS", "FormatDetectionError", "ParsedTurn", "ProbeRendering", "TEMPLATE_FORMATS", "ToolCallFormat", "chat_messages",
            "detect_format", "get_format", "matching_formats", "reads_back", "render_assistant"]

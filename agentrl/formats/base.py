@@ -26,6 +26,20 @@ class ParsedTurn:
 
 
 @dataclass(frozen=True)
+class MidTurn:
+    """A format whose calls run inside the assistant turn (tool-integrated reasoning): the
+    rollout pauses generation on ``stop_strings``, asks ``at_stop(turn_text)`` what the turn
+    so far calls for (an object with ``call``, ``fabricated``, ``written``), runs ``call`` in
+    the tool named ``tool``, appends ``observation(stop, output)`` as tool tokens and lets the
+    same turn continue. See :mod:`agentrl.formats.code_block`."""
+
+    tool: str
+    stop_strings: tuple[str, ...]
+    at_stop: Callable[[str], Any]
+    observation: Callable[[Any, str], str]
+
+
+@dataclass(frozen=True)
 class ToolCallFormat:
     """One tool-call syntax: its parser and the stop tokens that end a call turn.
 
@@ -40,6 +54,7 @@ class ToolCallFormat:
     parse: Callable[[str, ToolSchemas], ParsedTurn]
     stop_tokens: tuple[str, ...] = ()
     families: str = ""  # model families known to use it
+    mid_turn: MidTurn | None = None  # set when calls run inside the turn instead of ending it
 
 
 def add_json_call(obj: Any, where: str, calls: list[ToolCall], errors: list[str]) -> None:
