@@ -279,6 +279,54 @@ def argument_errors(validator: Draft202012Validator, arguments: dict[str, Any]) 
     return list(dict.fromkeys(out))
 
 
+# Exact Python types each JSON type accepts in the quick check; anything else (3.0 for an integer,
+# a subclass) is left to the full validator, never accepted here.
+_QUICK_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "null": (type(None),)}
+_ANNOTATIONS = {"description", "title", "default", "examples"}
+
+
+def quick_check(parameters: dict[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """A predicate true only for arguments certainly valid against ``parameters``, for flat schemas
+    (named arguments of primitive types); None for others. The full validator costs ~15 us a
+    call, and several times that with the caches cold after a tool ran (issue 16). False means
+    "not certain": the full validator decides and writes the messages.
+
+    >>> ok = quick_check({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"],
+    ...                   "additionalProperties": False})
+    >>> ok({"q": "x"}), ok({"q": 3}), ok({}), ok({"q": "x", "k": 1})
+    (True, False, False, False)
+    """
+    if parameters.get("type") != "object" or set(parameters) - _ANNOTATIONS - {"type", "properties", "required",
+                                                                                "additionalProperties"}:
+        return None
+    extra_ok = parameters.get("additionalProperties", True)
+    if extra_ok is not True and extra_ok is not False:
+        return None
+    kinds: dict[str, tuple[type, ...] | None] = {}  # None: any value
+    for name, prop in parameters.get("properties", {}).items():
+        if not isinstance(prop, dict) or set(prop) - _ANNOTATIONS - {"type"}:
+            return None
+        declared = prop.get("type")
+        declared = [declared] if isinstance(declared, str) else declared
+        if declared is not None and not (isinstance(declared, list) and all(d in _QUICK_TYPES for d in declared)):
+            return None
+        kinds[name] = None if declared is None else tuple(t for d in declared for t in _QUICK_TYPES[d])
+    required = list(parameters.get("required", []))
+
+    def accept(arguments: dict[str, Any]) -> bool:
+        for key, value in arguments.items():
+            if key not in kinds:
+                if extra_ok:
+                    continue
+                return False
+            allowed = kinds[key]
+            if allowed is not None and type(value) not in allowed:
+                return False
+        return all(r in arguments for r in required)
+
+    return accept
+
+
 def _describe(err: ValidationError) -> list[str]:
     where = _path(err)
     inside = f" in '{where}'" if where else ""

@@ -36,7 +36,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import copy
 import inspect
 import json
@@ -50,8 +49,8 @@ from typing import Any, Awaitable, Callable
 from jsonschema import Draft202012Validator
 
 from agentrl.tool_output import cap_tokens, to_text
-from agentrl.tool_threads import WORKERS
-from agentrl.tool_schema import argument_errors, coerce_integers, function_schema, signature_hint
+from agentrl.tool_threads import ToolTimeout, call_in_worker
+from agentrl.tool_schema import argument_errors, coerce_integers, function_schema, quick_check, signature_hint
 
 __all__ = ["tool", "Tool", "ToolBox", "ToolContext", "ToolResult", "cap_tokens"]
 
@@ -87,10 +86,6 @@ class ToolResult:
     error: str | None  # None on success; "unknown_tool" | "invalid_arguments" | "exception" | "timeout" | "parse_error"
     latency_s: float
     truncated: bool  # output was capped
-
-
-class ToolTimeout(Exception):
-    """A tool ran past its time limit (internal; becomes a ``timeout`` ToolResult)."""
 
 
 class Tool:
@@ -133,6 +128,7 @@ class Tool:
         self.parameters: dict[str, Any] = parameters if parameters is not None else derived.parameters
         Draft202012Validator.check_schema(self.parameters)
         self._validator = Draft202012Validator(self.parameters)
+        self._quick_check = quick_check(self.parameters)
         self.timeout = timeout
         self.max_output_tokens = max_output_tokens
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -163,24 +159,38 @@ class Tool:
 
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         """Short problems with ``arguments`` against the schema; empty when valid."""
+        if self._quick_check is not None and self._quick_check(arguments):
+            return []
         return argument_errors(self._validator, arguments)
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> str:
         """Raw call: no validation, no timeout, may raise. Sync functions run in a worker thread."""
+        kwargs = self._kwargs(arguments, context)
+        if self.is_async:
+            return to_text(await _settle(self.fn(**kwargs)))
+        return to_text(await _settle(call_in_worker(self.fn, kwargs, None)))
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext, timeout: float | None) -> str:
+        """:meth:`invoke` that raises ToolTimeout after ``timeout`` seconds (None: no limit).
+
+        A sync function's call waits on the worker's own future and a timer rather than in a
+        task of its own: a task plus ``asyncio.wait`` cost about as much again as the thread
+        hand-off itself, per call (issue 16, benchmarks/search.py).
+        """
+        if self.is_async:
+            return await _with_timeout(self.invoke(arguments, context), timeout)
+        start = time.monotonic()
+        value = await call_in_worker(self.fn, self._kwargs(arguments, context), timeout)
+        if inspect.isawaitable(value):  # a sync function that hands back a coroutine
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+            value = await _with_timeout(_settle(value), left)
+        return to_text(value)
+
+    def _kwargs(self, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
         kwargs = dict(arguments)
         if self._context_param:
             kwargs[self._context_param] = context
-        try:
-            if self.is_async:
-                value = await self.fn(**kwargs)
-            else:
-                value = await _in_thread(self.fn, kwargs)
-            if inspect.isawaitable(value):
-                value = await value
-        except SystemExit as exc:
-            # Inside a task SystemExit would escape to the event loop and stop every rollout.
-            raise RuntimeError(f"tool called exit({exc.code})") from exc
-        return to_text(value)
+        return kwargs
 
 
 def tool(
@@ -264,15 +274,15 @@ class ToolBox:
                 return done(f"Error: arguments for tool '{t.name}' are not valid JSON ({exc}).", "parse_error")
         if arguments is None:
             arguments = {}
-        expected = f"Expected: {signature_hint(t.name, t.parameters)}."
         if not isinstance(arguments, dict):
-            return done(f"Error: arguments for tool '{t.name}' must be a JSON object. {expected}", "invalid_arguments")
+            return done(f"Error: arguments for tool '{t.name}' must be a JSON object. {_expected(t)}", "invalid_arguments")
         problems = t.argument_errors(arguments)
         if problems:
-            return done(f"Error: invalid arguments for tool '{t.name}': {'; '.join(problems[:5])}. {expected}", "invalid_arguments")
+            return done(f"Error: invalid arguments for tool '{t.name}': {'; '.join(problems[:5])}. {_expected(t)}",
+                        "invalid_arguments")
         timeout = None if t.timeout is None else t.timeout + t.backstop_slack
         try:
-            content = await _with_timeout(t.invoke(coerce_integers(arguments, t.parameters), context), timeout)
+            content = await t.run(coerce_integers(arguments, t.parameters), context, timeout)
         except ToolTimeout:
             return done(f"Error: tool '{t.name}' timed out after {timeout:g}s.", "timeout")
         except Exception as exc:  # the tool's own bug or bad input: the model reads it, the rollout goes on
@@ -292,9 +302,25 @@ class ToolBox:
 
 
 async def _call_cleanup(fn: Callable[[], object]) -> None:
-    value = await fn() if inspect.iscoroutinefunction(fn) else await _in_thread(fn, {})
+    value = await fn() if inspect.iscoroutinefunction(fn) else await call_in_worker(fn, {}, None)
     if inspect.isawaitable(value):
         await value
+
+
+async def _settle(awaitable: Awaitable[Any]) -> Any:
+    """Await a tool's result, and the awaitable it may hand back in turn."""
+    try:
+        value = await awaitable
+        if inspect.isawaitable(value):
+            value = await value
+    except SystemExit as exc:
+        # Inside a task SystemExit would escape to the event loop and stop every rollout.
+        raise RuntimeError(f"tool called exit({exc.code})") from exc
+    return value
+
+
+def _expected(t: Tool) -> str:
+    return f"Expected: {signature_hint(t.name, t.parameters)}."
 
 
 def _context_parameter(fn: Callable[..., Any]) -> str | None:
@@ -311,37 +337,6 @@ def _context_parameter(fn: Callable[..., Any]) -> str | None:
 
 
 _UNIONS: tuple[object, ...] = (typing.Union, getattr(types, "UnionType", typing.Union))
-
-
-async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    """Run ``fn(**kwargs)`` on a worker thread of its own (:mod:`agentrl.tool_threads`);
-    awaiting can be cancelled (the thread is then abandoned and its result dropped)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    ctx = contextvars.copy_context()
-
-    def deliver(ok: bool, value: Any) -> None:
-        if future.done():  # timed out or cancelled meanwhile
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-    def work() -> None:
-        try:
-            value, ok = ctx.run(fn, **kwargs), True
-        except Exception as exc:
-            value, ok = exc, False
-        except BaseException as exc:  # SystemExit in a thread: report, don't vanish
-            value, ok = RuntimeError(f"tool exited with {type(exc).__name__}: {exc}"), False
-        try:
-            loop.call_soon_threadsafe(deliver, ok, value)
-        except RuntimeError:
-            pass  # the event loop is closed: nobody is waiting any more
-
-    WORKERS.submit(work)
-    return await future
 
 
 async def _with_timeout(awaitable: Awaitable[Any], timeout: float | None) -> Any:
