@@ -147,6 +147,7 @@ class _Attempt:
     paused: bool = False  # the last generation paused inside the turn (a block closed)
     turn_start: int = 0  # index in seq of the current assistant turn's first token
     mid_stop: object = None  # the format's stop record of the call now running
+    turn_calls: list[ToolCall] = field(default_factory=list)  # calls run inside the current turn
 
 
 class RolloutRunner:
@@ -301,6 +302,8 @@ class RolloutRunner:
         stopped_on_token = bool(ids) and ids[-1] in self.chat.stop_token_ids
         if continuing:  # one assistant message per turn, however many pauses it had
             a.messages.pop()
+        else:
+            a.turn_calls = []
         if self._mid is not None and finish == "stop" and not stopped_on_token and self._paused(a, ids):
             return
         body = ids[:-1] if stopped_on_token else ids
@@ -308,7 +311,7 @@ class RolloutRunner:
             self.tokenizer.decode(body, skip_special_tokens=False)
         # The schemas type the arguments of formats that write them as text (XML forms).
         parsed = self.chat.parse_assistant(text, self.toolbox.schemas() or None)
-        a.messages.append(Message("assistant", parsed.content, tool_calls=list(parsed.tool_calls)))
+        a.messages.append(Message("assistant", parsed.content, tool_calls=[*a.turn_calls, *parsed.tool_calls]))
         a.sampled_end = self.chat.turn_closers.get(ids[-1]) if stopped_on_token else None
         if finish == "length" or not (stopped_on_token or finish == "stop"):
             a.finish_reason = "length"
@@ -334,7 +337,9 @@ class RolloutRunner:
         if not any(s in tail for s in mid.stop_strings):
             return False
         stop = mid.at_stop(self.tokenizer.decode(a.seq.token_ids[a.turn_start:], skip_special_tokens=False))
-        a.messages.append(Message("assistant", self._model_text(a, len(a.seq)).strip()))
+        if stop.call is not None:
+            a.turn_calls.append(stop.call)
+        a.messages.append(Message("assistant", self._model_text(a, len(a.seq)).strip(), tool_calls=list(a.turn_calls)))
         if stop.fabricated:
             a.void_turns += 1
             a.finish_reason = "stop"

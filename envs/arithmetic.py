@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentrl.env import Score, Split, final_answer, select_split
+from agentrl.env import Score, Split, final_answer, last_assistant_text, select_split
 from agentrl.types import Message, Task, ToolCall
 
 if TYPE_CHECKING:
@@ -115,6 +115,26 @@ def parse_integer(text: str | None) -> int | None:
     return int(cleaned) if _NUMBER.match(cleaned) else None
 
 
+ANSWER_MODES = ("tag", "last_number")
+_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_number(text: str | None) -> str | None:
+    """The last number written in ``text`` (an integral float such as ``31395.0`` as an integer).
+
+    >>> last_number("so 53*59 = 3,127."), last_number("31395.0 it is"), last_number("none")
+    ('3127', '31395', None)
+    """
+    found = _LAST_NUMBER.findall(text or "")
+    if not found:
+        return None
+    raw = found[-1].replace(",", "")
+    if "." in raw:
+        whole, frac = raw.split(".")
+        return whole if set(frac) == {"0"} else raw
+    return raw
+
+
 class ArithmeticEnv:
     """Integer arithmetic tasks scored by exact match; the agent gets a Python tool.
 
@@ -131,13 +151,20 @@ class ArithmeticEnv:
             apart, but needs thousands when the distance varies with the number's
             length. None prints plainly. Only the demonstrations use it; the checker
             accepts any formatting of the right integer.
+        system_prompt: replaces the default one (e.g. a one-shot example of the code_block
+            format for a real instruct model; see examples/smollm2_tir.yaml).
+        prompt_format: the user turn, ``{expression}`` standing for the expression.
+        answer: "tag" reads ``<answer>N</answer>``; "last_number" reads the last number of the
+            last assistant turn, the way papers score small instruct models that never write
+            tags. Either way only the model's own text counts (code_block outputs are not in it).
     """
 
     name = "arithmetic"
 
     def __init__(self, seed: int = 0, num_train: int = 5000, num_test: int = 200,
                  families: dict[str, str] | None = None, use_tool: bool = True,
-                 answer_width: int | None = 8):
+                 answer_width: int | None = 8, system_prompt: str | None = None,
+                 prompt_format: str = "{expression}=?", answer: str = "tag"):
         self.families = dict(families if families is not None else DEFAULT_FAMILIES)
         if not self.families:
             raise ValueError("families is empty; pass at least one, e.g. {'mul_4x3': '{4}*{3}'}")
@@ -152,7 +179,13 @@ class ArithmeticEnv:
         if answer_width is not None and answer_width < 1:
             raise ValueError(f"answer_width={answer_width}; use a positive width or None")
         self.answer_width = answer_width
-        self.system_prompt = SYSTEM_PROMPT if use_tool else SYSTEM_PROMPT_NO_TOOL
+        self.system_prompt = system_prompt or (SYSTEM_PROMPT if use_tool else SYSTEM_PROMPT_NO_TOOL)
+        if "{expression}" not in prompt_format:
+            raise ValueError(f"prompt_format={prompt_format!r} must hold {{expression}}, e.g. 'What is {{expression}}?'")
+        self.prompt_format = prompt_format
+        if answer not in ANSWER_MODES:
+            raise ValueError(f"answer={answer!r}: use one of {ANSWER_MODES}")
+        self.answer = answer
         test = self._draw(num_test, random.Random(f"arith-test-{seed}"), exclude=set())
         train = self._draw(num_train, random.Random(f"arith-train-{seed}"),
                            exclude={p.expression for p in test})
@@ -174,7 +207,7 @@ class ArithmeticEnv:
         return select_split(self._splits, split)
 
     def score(self, task: Task, messages: list[Message]) -> Score:
-        got = final_answer(messages)
+        got = final_answer(messages) if self.answer == "tag" else last_number(last_assistant_text(messages))
         value = parse_integer(got)
         calls = sum(len(m.tool_calls) for m in messages if m.role == "assistant")
         correct = value is not None and str(value) == task.answer
@@ -244,5 +277,5 @@ class ArithmeticEnv:
         return out
 
     def _task(self, split: str, i: int, p: Problem) -> Task:
-        return Task(id=f"{split}-{i}", prompt=f"{p.expression}=?", answer=str(p.value),
+        return Task(id=f"{split}-{i}", prompt=self.prompt_format.format(expression=p.expression), answer=str(p.value),
                     family=p.family, metadata={"expression": p.expression})

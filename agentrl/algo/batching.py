@@ -65,13 +65,18 @@ def collate(trajs: list[Trajectory], indices: list[int], pad_id: int, device: st
     return MicroBatch(list(indices), ids.to(device), att.to(device), mask.to(device), mu.to(device))
 
 
-def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float,
+                 autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs and entropies [B, T] of ``mb.input_ids`` under ``model``.
 
     Logits are divided by the sampling temperature so that π_θ is the distribution the
     sampler drew from (a greedy sampler, T=0, is scored at T=1). Only positions whose next
     token is trained (``loss_mask == 1`` in some row) go through the LM head: prompt, tool
     and template positions never need a vocabulary-sized row. Other positions are 0.
+
+    ``autocast="bf16"`` runs the model's matmuls in bfloat16 (float32 weights, gradients and
+    optimizer state stay as they are); the log-softmax is taken in float32 either way. On a
+    CPU with AVX-512 BF16 or AMX this about halves the update of a 100M-class model.
     """
     T = mb.input_ids.shape[1]
     # position p predicts token p+1; keep p where any row trains on token p+1
@@ -79,12 +84,15 @@ def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> 
     if keep.numel() == 0:
         # still run the model: under FSDP every rank must join the same collectives
         keep = torch.zeros(1, dtype=torch.long, device=mb.input_ids.device)
-    try:
-        out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False, logits_to_keep=keep)
-        logits = out.logits
-    except TypeError:  # an architecture without logits_to_keep: full head, then select
-        out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
-        logits = out.logits[:, keep, :]
+    with torch.autocast(device_type=mb.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast == "bf16"):
+        try:
+            out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
+                        logits_to_keep=keep)
+            logits = out.logits
+        except TypeError:  # an architecture without logits_to_keep: full head, then select
+            out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
+            logits = out.logits[:, keep, :]
+    logits = logits.float()
     lp_k, ent_k = token_logprobs(logits, mb.input_ids[:, keep + 1], temperature if temperature > 0 else 1.0)
     B = mb.input_ids.shape[0]
     lp = torch.zeros((B, T), dtype=lp_k.dtype, device=lp_k.device)

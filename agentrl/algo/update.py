@@ -40,6 +40,7 @@ class UpdateSettings:
     # Attempts whose advantage is exactly 0 add nothing to the gradient when the objective has
     # no KL term: skip their forward and backward (the normalizers still count them).
     skip_zero_advantage: bool = True
+    autocast: str = "none"  # "bf16": the forward's matmuls in bfloat16 (see batching.score_tokens)
 
 
 @dataclass
@@ -176,9 +177,9 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     with torch.no_grad():
         for b, mb in enumerate(batches):
             if settings.num_iterations > 1:
-                old[b] = score_tokens(model, mb, temperature)[0]
+                old[b] = score_tokens(model, mb, temperature, settings.autocast)[0]
             if ref_model is not None and objective.uses_reference:
-                ref[b] = score_tokens(ref_model, mb, temperature)[0]
+                ref[b] = score_tokens(ref_model, mb, temperature, settings.autocast)[0]
 
     first = _FirstPass()
     for it in range(settings.num_iterations):
@@ -190,7 +191,7 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
         loss_sum = pg_sum = 0.0
         rmax, rsum = 0.0, 0.0
         for b, mb in enumerate(batches):
-            lp, ent = score_tokens(model, mb, temperature)
+            lp, ent = score_tokens(model, mb, temperature, settings.autocast)
             if old[b] is None:
                 old[b] = lp.detach()
             isw = objective.is_weights(old[b], mb.sampler_logprobs, mb.loss_mask)

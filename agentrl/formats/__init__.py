@@ -10,7 +10,7 @@ writes calls as XML is read by what it writes.
 
 >>> from agentrl.formats import FORMATS, detect_format
 >>> sorted(FORMATS)[:3]
-['atem_xml', 'deepseek_v3', 'gemma4']
+['atem_xml', 'code_block', 'deepseek_v3']
 >>> from jinja2 import Template
 >>> tmpl = Template("{% for m in messages %}{{ m.content }}{% for c in m.tool_calls or [] %}"
 ...                 "<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}"

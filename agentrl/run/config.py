@@ -117,12 +117,19 @@ class TrainConfig:
     # Attempts with advantage 0 skip the update's passes when there is no KL term (same update;
     # they get no π_old). False scores every attempt (π_old for all of them, e.g. for the inspector).
     skip_zero_advantage: bool = True
+    # "bf16": the update's forward runs under bfloat16 autocast (float32 weights and optimizer);
+    # ~2x faster on CPUs with AVX-512 BF16/AMX. "none": float32 throughout.
+    autocast: str = "none"
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     log_rollouts: bool = True
     # Asynchronous rollouts (docs/async.md): a rollout thread samples up to this many optimizer
     # steps ahead of the trainer; 0 = the synchronous loop (sample, then update, in turn).
     max_staleness: int = 0
+
+    def __post_init__(self) -> None:
+        if self.autocast not in ("none", "bf16"):
+            raise ConfigError(f"train.autocast={self.autocast!r}: use 'none' or 'bf16'")
 
 
 @dataclass

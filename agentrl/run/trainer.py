@@ -154,7 +154,7 @@ class Trainer:
         self.update_settings = UpdateSettings(
             micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
             max_grad_norm=cfg.optim.max_grad_norm, pad_id=self.tokenizer.pad_token_id, device=self.dist.device,
-            skip_zero_advantage=cfg.train.skip_zero_advantage)
+            skip_zero_advantage=cfg.train.skip_zero_advantage, autocast=cfg.train.autocast)
 
     def _restore(self, ckpt: Path) -> None:
         """Optimizer, scheduler, RNG and step from ``ckpt``, in whichever format it was written."""

@@ -1,0 +1,74 @@
+"""Seconds per update token of the GRPO update on one model: float32 against bfloat16 autocast.
+
+One update step = forward (LM head only at trained positions), the clipped objective,
+backward and an AdamW step, on ``--rows`` sequences of ``--prompt`` prompt tokens and
+``--completion`` trained tokens. Both modes run in the same process, alternating, and the
+ratio of their medians is reported (the machine is noisy; compare ratios).
+
+    python benchmarks/update_speed.py --model smollm2 --rows 8 --prompt 150 --completion 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from agentrl.algo.batching import MicroBatch, score_tokens
+from agentrl.algo.objective import Objective
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="tiny", help="tiny, smollm2, a .gguf file or an HF directory")
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--prompt", type=int, default=150)
+    ap.add_argument("--completion", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.run.build import resolve_model_path
+    from agentrl.run.config import Config, ModelConfig
+
+    path = resolve_model_path(Config(model=ModelConfig(path=args.model)))
+    model = AutoModelForCausalLM.from_pretrained(path)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-7)
+    g = torch.Generator().manual_seed(0)
+    T = args.prompt + args.completion
+    ids = torch.randint(0, model.config.vocab_size, (args.rows, T), generator=g)
+    mask = torch.zeros(args.rows, T)
+    mask[:, args.prompt:] = 1.0
+    mb = MicroBatch(list(range(args.rows)), ids, torch.ones_like(ids), mask, torch.zeros(args.rows, T))
+    objective = Objective()
+    adv = torch.linspace(-1, 1, args.rows)
+    tokens = int(mask.sum())
+
+    def step(autocast: str) -> float:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        lp, _ = score_tokens(model, mb, 1.0, autocast)
+        out = objective.loss(lp, lp.detach(), adv, mask, total_seqs=args.rows, total_tokens=tokens)
+        out.loss.backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    times: dict[str, list[float]] = {"none": [], "bf16": []}
+    step("none")  # warm-up of both paths
+    step("bf16")
+    for _ in range(args.repeats):
+        for mode in times:
+            times[mode].append(step(mode))
+    med = {m: statistics.median(v) for m, v in times.items()}
+    for m, s in med.items():
+        print(f"{m:>5}: {s:.2f} s/step, {1e3 * s / tokens:.2f} ms per trained token ({tokens} tokens, "
+              f"{args.rows}x{T} rows)")
+    print(f"bf16 autocast / float32 step time: {med['bf16'] / med['none']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
