@@ -1,9 +1,11 @@
-"""Seconds per update token of the GRPO update on one model: float32 against bfloat16 autocast.
+"""Seconds per update token of the GRPO update on one model: float32, bfloat16 autocast, and
+each with the shared prompt run once per micro-batch (``train.share_prefix``).
 
 One update step = forward (LM head only at trained positions), the clipped objective,
 backward and an AdamW step, on ``--rows`` sequences of ``--prompt`` prompt tokens and
-``--completion`` trained tokens. Both modes run in the same process, alternating, and the
-ratio of their medians is reported (the machine is noisy; compare ratios).
+``--completion`` trained tokens; the rows share their prompt, as the G attempts of a task do.
+All modes run in the same process, alternating, and the ratios of their medians to float32
+are reported (the machine is noisy; compare ratios).
 
     python benchmarks/update_speed.py --model smollm2 --rows 8 --prompt 150 --completion 100
 """
@@ -41,6 +43,7 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     T = args.prompt + args.completion
     ids = torch.randint(0, model.config.vocab_size, (args.rows, T), generator=g)
+    ids[:, :args.prompt] = ids[0, :args.prompt]  # one task's G attempts: one prompt
     mask = torch.zeros(args.rows, T)
     mask[:, args.prompt:] = 1.0
     mb = MicroBatch(list(range(args.rows)), ids, torch.ones_like(ids), mask, torch.zeros(args.rows, T))
@@ -48,26 +51,28 @@ def main() -> None:
     adv = torch.linspace(-1, 1, args.rows)
     tokens = int(mask.sum())
 
-    def step(autocast: str) -> float:
+    def step(mode: tuple[str, bool]) -> float:
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        lp, _ = score_tokens(model, mb, 1.0, autocast)
+        lp, _ = score_tokens(model, mb, 1.0, mode[0], share_prefix=mode[1])
         out = objective.loss(lp, lp.detach(), adv, mask, total_seqs=args.rows, total_tokens=tokens)
         out.loss.backward()
         opt.step()
         return time.perf_counter() - t0
 
-    times: dict[str, list[float]] = {"none": [], "bf16": []}
-    step("none")  # warm-up of both paths
-    step("bf16")
+    modes = {"float32": ("none", False), "float32 + shared prefix": ("none", True),
+             "bf16 autocast": ("bf16", False), "bf16 autocast + shared prefix": ("bf16", True)}
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    for mode in modes.values():  # warm-up of every path
+        step(mode)
     for _ in range(args.repeats):
-        for mode in times:
-            times[mode].append(step(mode))
+        for name, mode in modes.items():
+            times[name].append(step(mode))
     med = {m: statistics.median(v) for m, v in times.items()}
+    print(f"{args.rows} rows x ({args.prompt} shared prompt + {args.completion} trained) tokens, {args.model}")
     for m, s in med.items():
-        print(f"{m:>5}: {s:.2f} s/step, {1e3 * s / tokens:.2f} ms per trained token ({tokens} tokens, "
-              f"{args.rows}x{T} rows)")
-    print(f"bf16 autocast / float32 step time: {med['bf16'] / med['none']:.2f}")
+        print(f"{m:>30}: {s:6.2f} s/step  {1e3 * s / tokens:6.2f} ms per trained token  "
+              f"x{med['float32'] / s:.2f} vs float32")
 
 
 if __name__ == "__main__":

@@ -469,3 +469,43 @@ def test_trainer_step_with_model_engine_vllm(tmp_path):
     for t in read_jsonl(str(run / "rollouts" / "step_000001.jsonl")):
         t.check()
         assert t.policy_version == 0 and len(t.old_logprobs) == len(t.token_ids)
+
+
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["attempt", "lockstep"])
+def test_code_block_runs_mid_turn_on_vllm(setup, loop):
+    """The code_block format on vLLM: weights taught to write a python block and then an
+    invented output are pushed in; the rollout stops at the closing fence, runs the code,
+    appends the real output as tool tokens and the model goes on in the same turn. The
+    fixture's weights are pushed back afterwards."""
+    from agentrl.chat import ChatTemplate
+    from agentrl.rollout import RolloutConfig, RolloutRunner
+    from agentrl.toolbox import ToolBox
+    from agentrl.tools.python import python_tool
+    from agentrl.types import Message, Task
+
+    tok = setup.tokenizer
+    chat = ChatTemplate(tok, tool_call_format="code_block")
+    taught = "Let me compute.\n```python\nprint(17 * 23)\n```\n```output\n999\n```\n<answer>999</answer>"
+    prompt = chat.encode_prompt([Message("user", "What is 17*23?")], None)
+    target = tok.encode(taught, add_special_tokens=False) + [chat.stop_token_ids[0]]
+    model = copy.deepcopy(setup.model)
+    _memorise(model, prompt + target, [0] * len(prompt) + [1] * len(target), steps=600, lr=1e-3)
+    setup.engine.sync_weights(model)
+    try:
+        runner = RolloutRunner(setup.engine, chat, ToolBox([python_tool(timeout=10)], tokenizer=tok),
+                               RolloutConfig(max_turns=3, max_new_tokens=64, temperature=0.0, loop=loop))
+        (traj,) = runner.run([Task(id="t", prompt="What is 17*23?", answer="391")], 1).trajectories
+    finally:
+        setup.engine.sync_weights(setup.model)
+    traj.check()
+    assert [s.kind for s in traj.spans][:4] == ["prompt", "model", "tool", "model"]
+    out = traj.spans[2]
+    assert tok.decode(traj.token_ids[out.start:out.end]) == "```output\n391\n```\n"
+    assert traj.tool_calls[0].arguments == {"code": "print(17 * 23)"} and traj.tool_calls[0].result == "391\n"
+    assert "```output\n999" not in tok.decode(traj.token_ids[traj.prompt_len:])
+    first = traj.spans[1]  # the sampled ids up to the closing fence, as the greedy model wrote them
+    assert traj.token_ids[first.start:first.end] == target[:first.end - first.start]
+    lp = _hf_logprobs(model, traj.token_ids[:first.start], traj.token_ids[first.start:first.end], 1.0)
+    assert torch.allclose(lp, torch.tensor(traj.logprobs[first.start:first.end]), atol=2e-3)

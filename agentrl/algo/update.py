@@ -41,6 +41,9 @@ class UpdateSettings:
     # no KL term: skip their forward and backward (the normalizers still count them).
     skip_zero_advantage: bool = True
     autocast: str = "none"  # "bf16": the forward's matmuls in bfloat16 (see batching.score_tokens)
+    # rows sharing a prompt run it once per micro-batch (agentrl.algo.shared_prefix); the
+    # micro-batches then follow the groups. Single process only (FSDP ranks must agree).
+    share_prefix: bool = False
 
 
 @dataclass
@@ -156,7 +159,8 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     # gradient: it stays in the normalizers (the objective's counts) but not in the passes.
     skip = settings.skip_zero_advantage and not objective.uses_reference
     rows = [t for t in kept if not skip or (t.advantage or 0.0) != 0.0]
-    plan = plan_micro_batches([len(t.token_ids) for t in rows], settings.micro_batch_tokens) if rows else []
+    plan = plan_micro_batches([len(t.token_ids) for t in rows], settings.micro_batch_tokens,
+                              [t.group_id for t in rows] if settings.share_prefix else None) if rows else []
     seqs_f, tokens_f, skipped_f, seen_f = sum_floats([len(kept), sum(sum(t.loss_mask) for t in kept),
                                                       len(kept) - len(rows), sum(sum(t.loss_mask) for t in rows)])
     total_seqs, total_tokens = int(seqs_f), int(tokens_f)
@@ -177,9 +181,9 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     with torch.no_grad():
         for b, mb in enumerate(batches):
             if settings.num_iterations > 1:
-                old[b] = score_tokens(model, mb, temperature, settings.autocast)[0]
+                old[b] = score_tokens(model, mb, temperature, settings.autocast, settings.share_prefix)[0]
             if ref_model is not None and objective.uses_reference:
-                ref[b] = score_tokens(ref_model, mb, temperature, settings.autocast)[0]
+                ref[b] = score_tokens(ref_model, mb, temperature, settings.autocast, settings.share_prefix)[0]
 
     first = _FirstPass()
     for it in range(settings.num_iterations):
@@ -191,7 +195,7 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
         loss_sum = pg_sum = 0.0
         rmax, rsum = 0.0, 0.0
         for b, mb in enumerate(batches):
-            lp, ent = score_tokens(model, mb, temperature, settings.autocast)
+            lp, ent = score_tokens(model, mb, temperature, settings.autocast, settings.share_prefix)
             if old[b] is None:
                 old[b] = lp.detach()
             isw = objective.is_weights(old[b], mb.sampler_logprobs, mb.loss_mask)

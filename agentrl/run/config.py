@@ -120,6 +120,9 @@ class TrainConfig:
     # "bf16": the update's forward runs under bfloat16 autocast (float32 weights and optimizer);
     # ~2x faster on CPUs with AVX-512 BF16/AMX. "none": float32 throughout.
     autocast: str = "none"
+    # The G attempts of a task share their prompt: run it once per micro-batch in the update
+    # (agentrl.algo.shared_prefix; same update up to float order). Single process only.
+    share_prefix: bool = False
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     log_rollouts: bool = True

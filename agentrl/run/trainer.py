@@ -154,7 +154,11 @@ class Trainer:
         self.update_settings = UpdateSettings(
             micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
             max_grad_norm=cfg.optim.max_grad_norm, pad_id=self.tokenizer.pad_token_id, device=self.dist.device,
-            skip_zero_advantage=cfg.train.skip_zero_advantage, autocast=cfg.train.autocast)
+            skip_zero_advantage=cfg.train.skip_zero_advantage, autocast=cfg.train.autocast,
+            share_prefix=cfg.train.share_prefix)
+        if cfg.train.share_prefix and (self.dist.world_size > 1 or self.plan.grad_checkpointing):
+            raise ConfigError("train.share_prefix runs two forwards per micro-batch (the prompt, then the rest), "
+                              "which FSDP ranks and gradient checkpointing cannot follow; set train.share_prefix=false")
 
     def _restore(self, ckpt: Path) -> None:
         """Optimizer, scheduler, RNG and step from ``ckpt``, in whichever format it was written."""
