@@ -1,4 +1,5 @@
-"""Sampling speed on the offline tiny model: HFEngine's fast decoder vs the stock paths.
+"""Sampling speed (the offline tiny model, or ``--model smollm2``): HFEngine's fast decoder vs
+the stock paths.
 
 Prints tokens/s and milliseconds per decode step (best wall time of the whole call, over
 round-robin repeats, divided by the number of steps, prefill included) for a batch of ragged
@@ -13,6 +14,7 @@ tokens) so the paths do the same work.
 
     python benchmarks/engine.py                    # batch 64, 128 new tokens, 1 and 2 threads
     python benchmarks/engine.py --group 8          # GRPO-like: 8 prompts x 8 samples
+    python benchmarks/engine.py --model smollm2 --batch 16 --new 64 --threads 2
 """
 
 from __future__ import annotations
@@ -93,12 +95,20 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--paths", default="fast,stock,generate")
+    ap.add_argument("--model", default="tiny", help="tiny, smollm2, a .gguf file or an HF directory")
     args = ap.parse_args()
 
-    engine = HFEngine.from_pretrained(ensure_tiny_model())
+    if args.model == "tiny":
+        path = str(ensure_tiny_model())
+    else:
+        from agentrl.run.build import resolve_model_path
+        from agentrl.run.config import Config, ModelConfig
+
+        path = resolve_model_path(Config(model=ModelConfig(path=args.model)))
+    engine = HFEngine.from_pretrained(path)
     prompts = make_prompts(engine.tokenizer, args.batch, args.group)
     lengths = sorted(len(p) for p in prompts)
-    print(f"tiny model, batch {args.batch}, prompt lengths {lengths[0]}..{lengths[-1]}, "
+    print(f"{args.model} model, batch {args.batch}, prompt lengths {lengths[0]}..{lengths[-1]}, "
           f"{args.new} new tokens per row, group {args.group}")
     results = []
     for threads in (int(t) for t in args.threads.split(",")):

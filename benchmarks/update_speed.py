@@ -1,5 +1,6 @@
 """Seconds per update token of the GRPO update on one model: float32, bfloat16 autocast, and
-each with the shared prompt run once per micro-batch (``train.share_prefix``).
+each with the shared prompt run once per micro-batch (``train.share_prefix``), and LoRA
+(r=16 on every linear layer, bf16 autocast, shared prefix) with ``--lora``.
 
 One update step = forward (LM head only at trained positions), the clipped objective,
 backward and an AdamW step, on ``--rows`` sequences of ``--prompt`` prompt tokens and
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--completion", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lora", action="store_true", help="also time LoRA (needs peft)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
@@ -40,6 +42,15 @@ def main() -> None:
     path = resolve_model_path(Config(model=ModelConfig(path=args.model)))
     model = AutoModelForCausalLM.from_pretrained(path)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-7)
+    lora = lora_opt = None
+    if args.lora:
+        import copy
+
+        from agentrl.run.config import LoRAConfig
+        from agentrl.scale.parallel import apply_lora
+
+        lora = apply_lora(copy.deepcopy(model), LoRAConfig(enabled=True))
+        lora_opt = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=1e-7)
     g = torch.Generator().manual_seed(0)
     T = args.prompt + args.completion
     ids = torch.randint(0, model.config.vocab_size, (args.rows, T), generator=g)
@@ -51,17 +62,20 @@ def main() -> None:
     adv = torch.linspace(-1, 1, args.rows)
     tokens = int(mask.sum())
 
-    def step(mode: tuple[str, bool]) -> float:
+    def step(mode: tuple[str, bool, bool]) -> float:
+        net, o = (lora, lora_opt) if mode[2] else (model, opt)
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        lp, _ = score_tokens(model, mb, 1.0, mode[0], share_prefix=mode[1])
+        o.zero_grad(set_to_none=True)
+        lp, _ = score_tokens(net, mb, 1.0, mode[0], share_prefix=mode[1])
         out = objective.loss(lp, lp.detach(), adv, mask, total_seqs=args.rows, total_tokens=tokens)
         out.loss.backward()
-        opt.step()
+        o.step()
         return time.perf_counter() - t0
 
-    modes = {"float32": ("none", False), "float32 + shared prefix": ("none", True),
-             "bf16 autocast": ("bf16", False), "bf16 autocast + shared prefix": ("bf16", True)}
+    modes = {"float32": ("none", False, False), "float32 + shared prefix": ("none", True, False),
+             "bf16 autocast": ("bf16", False, False), "bf16 autocast + shared prefix": ("bf16", True, False)}
+    if lora is not None:
+        modes["LoRA r=16, bf16 + shared prefix"] = ("bf16", True, True)
     times: dict[str, list[float]] = {name: [] for name in modes}
     for mode in modes.values():  # warm-up of every path
         step(mode)

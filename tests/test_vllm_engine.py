@@ -509,3 +509,35 @@ def test_code_block_runs_mid_turn_on_vllm(setup, loop):
     assert traj.token_ids[first.start:first.end] == target[:first.end - first.start]
     lp = _hf_logprobs(model, traj.token_ids[:first.start], traj.token_ids[first.start:first.end], 1.0)
     assert torch.allclose(lp, torch.tensor(traj.logprobs[first.start:first.end]), atol=2e-3)
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_async_rollouts_with_model_engine_vllm(tmp_path):
+    """`train.max_staleness=1` with `model.engine=vllm`: the rollout thread drives the one vLLM
+    engine from weight slots in host memory, the trainer evaluates in between (the thread
+    held, the trainer's weights pushed in), and no trajectory is staler than allowed."""
+    import json
+    import subprocess
+
+    from agentrl.types import read_jsonl
+
+    root = Path(__file__).resolve().parents[1]
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "agentrl", "train", str(root / "examples" / "arithmetic_ci.yaml"),
+            f"output_dir={run}", "train.steps=3", "train.max_staleness=1", "eval.every=2", "eval.num_tasks=4",
+            "model.engine=vllm", "model.num_threads=1",
+            "model.engine_args={dtype: float32, kv_cache_memory_bytes: 134217728}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "asynchronous, train.max_staleness=1" in proc.stdout + proc.stderr
+    rows = {r["step"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    assert sorted(rows) == [0, 1, 2, 3] and rows[3]["policy_version"] == 3.0
+    assert "eval/accuracy" in rows[2] and "eval/accuracy" in rows[3]
+    for step in (1, 2, 3):
+        assert rows[step]["async/staleness_0"] + rows[step]["async/staleness_1"] > 0
+        for t in read_jsonl(str(run / "rollouts" / f"step_{step:06d}.jsonl")):
+            t.check()
+            assert step - 2 <= t.policy_version <= step - 1  # sampled by version step-1, or one older
+    for t in read_jsonl(str(run / "rollouts" / "eval_step_000002.jsonl")):
+        t.check()

@@ -141,7 +141,7 @@ class VLLMEngine:
     """
 
     # The rollout thread cannot share it: the same in-process LLM also serves the trainer's evaluation.
-    capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=False, can_sleep=True,
+    capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=True, can_sleep=True,
                                       per_request_async=True)
 
     @classmethod

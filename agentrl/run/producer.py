@@ -36,6 +36,7 @@ Example (the trainer drives it; see ``agentrl.run.trainer``)::
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 import queue
 import threading
 import time
@@ -219,6 +220,7 @@ class RolloutProducer:
         self._queue: queue.Queue = queue.Queue(maxsize=max_staleness + 1)
         self._cond = threading.Condition()
         self._stop = threading.Event()
+        self._busy = threading.Lock()  # held while a batch is sampled (paused() waits for it)
         self._thread = threading.Thread(target=self._run, name="agentrl-rollout-producer", daemon=True)
 
     # -- trainer side ---------------------------------------------------------------------
@@ -232,6 +234,13 @@ class RolloutProducer:
         with self._cond:
             self._cond.notify_all()
         return seconds
+
+    @contextmanager
+    def paused(self):
+        """Hold the rollout thread between batches (the one in progress finishes first), so that
+        the trainer may use an engine it shares with the thread (evaluation on vLLM)."""
+        with self._busy:
+            yield
 
     def next_batch(self, step: int) -> tuple[ProducedBatch, float]:
         """The batch of ``step`` and how long the trainer waited for it; re-raises the
@@ -293,12 +302,14 @@ class RolloutProducer:
                 self._wait_for_weights(step)
                 if self._stop.is_set():
                     return
-                t0 = time.perf_counter()
-                slot, version = self.slots.acquire()
-                self.engine.sync_weights(slot)  # the HF engine adopts the slot (a no-op if it is the same)
-                self.engine.policy_version = version
-                t1 = time.perf_counter()
-                trajs, timing = self.collect(step, self.runner)
+                with self._busy:
+                    t0 = time.perf_counter()
+                    slot, version = self.slots.acquire()
+                    # the HF engine adopts the slot (a no-op if it is the same); vLLM loads its weights
+                    self.engine.sync_weights(slot)
+                    self.engine.policy_version = version
+                    t1 = time.perf_counter()
+                    trajs, timing = self.collect(step, self.runner)
                 idle, done = t0 - done, time.perf_counter()
                 if any(t.policy_version != version for t in trajs):  # one version per batch, always
                     raise RuntimeError(f"step {step}: a trajectory was not sampled by version {version}")

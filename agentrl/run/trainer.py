@@ -18,6 +18,7 @@ import copy
 import os
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,9 @@ class Trainer:
         self.cfg = cfg
         self.objective = Objective.from_config(cfg)  # what the update optimizes and the run prints
         self.producer: RolloutProducer | None = None  # the rollout thread (max_staleness > 0)
+        # True when that thread drives the trainer's own engine (vLLM: one engine per process)
+        self._producer_owns_engine = False
+        self.version = 0  # the trainer's policy version: optimizer steps taken
         self.plan = resolve_plan(cfg.parallel, cfg.lora, world, cfg.model.device)
         self._own_group = self.plan.fsdp and not dist.is_initialized()
         self.dist = dist.init_distributed(cfg.model.device, single_rank_group=self.plan.fsdp)
@@ -169,7 +173,7 @@ class Trainer:
             self.state = load_unsharded_into_sharded(ckpt, self.model, self.optimizer, self.scheduler)
         else:
             self.state = load_checkpoint_state(ckpt, self.optimizer, self.scheduler)
-        self.engine.policy_version = self.state.policy_version
+        self.engine.policy_version = self.version = self.state.policy_version
         if self.main:
             self._drop_after(self.state.step)
         self.log(f"resumed from {ckpt} (step {self.state.step})")
@@ -292,7 +296,7 @@ class Trainer:
             "filter/masked_truncated": float(shard.masked_truncated),
             "filter/dropped_void": float(shard.dropped_void),
             **st.metrics(),
-            "lr": self.scheduler.get_last_lr()[0], "policy_version": float(self.engine.policy_version),
+            "lr": self.scheduler.get_last_lr()[0], "policy_version": float(self.version),
         }
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -305,11 +309,11 @@ class Trainer:
             waited = time.perf_counter() - t0
         else:  # the rollout thread sampled this batch ahead; drop what the bound forbids
             batch, waited = self.producer.next_batch(step)
-            split = split_stale(batch.trajectories, self.engine.policy_version, cfg.train.max_staleness)
+            split = split_stale(batch.trajectories, self.version, cfg.train.max_staleness)
             trajs, timing = split.kept, batch.timing
             extra = batch_metrics(batch, split, cfg.train.max_staleness)
-        if self.engine.capabilities.can_sleep:  # e.g. vLLM with enable_sleep_mode frees its GPU memory
-            self.engine.sleep()
+        if self.engine.capabilities.can_sleep and not self._producer_owns_engine:
+            self.engine.sleep()  # e.g. vLLM with enable_sleep_mode frees its GPU memory
         adv, filt = compute_advantages(trajs, self.objective)  # groups are whole on each rank
         keep = filt.keep.tolist()
         for t, k in zip(trajs, keep):
@@ -318,10 +322,14 @@ class Trainer:
         t1 = time.perf_counter()
         st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
                          self.update_settings, ref_model=self.ref_model)
-        self.sync(self.model)
+        if self._producer_owns_engine:  # the rollout thread pushes published weights itself
+            self.version += 1
+        else:
+            self.sync(self.model)
+            self.version = self.engine.policy_version
         t_update = time.perf_counter() - t1
         if self.producer is not None:  # the rollout thread takes these weights at its next batch
-            extra["async/weight_copy_s"] = self.producer.publish(self.model, self.engine.policy_version)
+            extra["async/weight_copy_s"] = self.producer.publish(self.model, self.version)
         shards = dist.gather_to_main(StepShard(
             trajectories=trajs, zero_variance_groups=int(adv.zero_variance.sum()), groups=len(adv.zero_variance),
             dropped_zero_variance=filt.dropped_zero_variance, masked_truncated=filt.masked_truncated,
@@ -349,12 +357,34 @@ class Trainer:
         """The rollout thread of ``max_staleness > 0``: its own model (two weight slots, in the
         trainer's compute dtype), tokenizer, template, tools and runner. It never reads the
         trainer's parameters; ``publish`` copies them after each optimizer step."""
-        rt = build_runtime(self.cfg, self.env, self.model_path, None, self.dist.device)
-        rt.model.to(self.plan.compute_dtype)
-        version = self.engine.policy_version
-        slots = WeightSlots(rt.model, copy.deepcopy(rt.model), self.model, version=version)
-        return RolloutProducer(self.collect, rt.runner, slots, first_step=first_step, last_step=self.cfg.train.steps,
+        version = self.version
+        if self.engine.capabilities.shares_trainer_weights:
+            rt = build_runtime(self.cfg, self.env, self.model_path, None, self.dist.device)
+            rt.model.to(self.plan.compute_dtype)
+            slots = WeightSlots(rt.model, copy.deepcopy(rt.model), self.model, version=version)
+            runner = rt.runner
+        else:  # vLLM: one engine per process, driven by the rollout thread; slots in host memory
+            if not self.plan.plain:
+                raise ConfigError("train.max_staleness > 0 with an engine that keeps its own weights (vLLM) needs "
+                                  "full fine-tuning in one process (no FSDP, LoRA or gradient checkpointing); "
+                                  "set train.max_staleness=0")
+            first, second = (copy.deepcopy(self.model).to("cpu").requires_grad_(False) for _ in range(2))
+            slots = WeightSlots(first, second, self.model, version=version)
+            runner, self._producer_owns_engine = self.runner, True
+        return RolloutProducer(self.collect, runner, slots, first_step=first_step, last_step=self.cfg.train.steps,
                                start_version=version, max_staleness=self.cfg.train.max_staleness)
+
+    @contextmanager
+    def _engine_for_eval(self):
+        """Evaluation samples the trainer's current weights. When the rollout thread drives the
+        trainer's own engine (vLLM), it is held between batches and the weights pushed in; it
+        pushes its own slot back at its next batch."""
+        if self.producer is None or not self._producer_owns_engine:
+            yield
+            return
+        with self.producer.paused():
+            self.sync(self.model)
+            yield
 
     def train(self) -> TrainResult:
         cfg = self.cfg
@@ -379,10 +409,11 @@ class Trainer:
         try:
             for step in bar:
                 m = self.train_step(step)
-                self.state = TrainState(step=step, policy_version=self.engine.policy_version)
+                self.state = TrainState(step=step, policy_version=self.version)
                 is_last = step == cfg.train.steps
                 if (cfg.eval.every and step % cfg.eval.every == 0) or is_last:
-                    res = self.run_eval(step)
+                    with self._engine_for_eval():
+                        res = self.run_eval(step)
                     if res is not None:
                         m.update(res.metrics())
                         final = res.accuracy
