@@ -8,6 +8,8 @@ chat prompts, for:
 - ``engine/fast``   HFEngine with the hand-written Qwen2 decoder (the default for this model)
 - ``engine/stock``  HFEngine driving the model's own forward with a DynamicCache (the fallback)
 - ``hf.generate``   transformers ``model.generate`` on the left-padded batch
+- ``vllm``          VLLMEngine on the same model and prompts (``--paths fast,generate,vllm``, in
+  a venv with vLLM; float32, one engine per process)
 
 and for each torch thread count asked for. Every row runs the full ``--new`` tokens (no stop
 tokens) so the paths do the same work.
@@ -87,6 +89,29 @@ def hf_generate_run(model, prompts, new: int):
     return run
 
 
+_VLLM = {}
+
+
+def vllm_run(path: str, engine: HFEngine, prompts, new: int, threads: int):
+    """A timed-call closure for VLLMEngine (built once per process) on the same prompts."""
+    from agentrl.engines.vllm import VLLMEngine
+
+    if "engine" not in _VLLM:
+        _VLLM["engine"] = VLLMEngine(path, engine.tokenizer, model=engine.model, seed=0, dtype="float32",
+                                     num_threads=threads, max_model_len=2048, kv_cache_memory_bytes=1 << 30)
+    vllm = _VLLM["engine"]
+    vllm.num_threads = threads
+    params = SamplingParams(max_new_tokens=new, temperature=1.0, seed=0)
+
+    def run() -> float:
+        start = time.perf_counter()
+        out = vllm.generate(prompts, params)
+        assert all(len(g.token_ids) == new for g in out)
+        return time.perf_counter() - start
+
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=64)
@@ -106,6 +131,7 @@ def main() -> None:
 
         path = resolve_model_path(Config(model=ModelConfig(path=args.model)))
     engine = HFEngine.from_pretrained(path)
+    path_of_model = path
     prompts = make_prompts(engine.tokenizer, args.batch, args.group)
     lengths = sorted(len(p) for p in prompts)
     print(f"{args.model} model, batch {args.batch}, prompt lengths {lengths[0]}..{lengths[-1]}, "
@@ -120,6 +146,8 @@ def main() -> None:
                 runs["engine/fast"] = engine_run(engine, FastDecoder(engine.model), prompts, args.new)
             elif path == "stock":
                 runs["engine/stock"] = engine_run(engine, StockDecoder(engine.model), prompts, args.new)
+            elif path == "vllm":
+                runs["vllm"] = vllm_run(path_of_model, engine, prompts, args.new, threads)
             else:
                 runs["hf.generate"] = hf_generate_run(engine.model, prompts, args.new)
         best = {name: float("inf") for name in runs}
