@@ -75,7 +75,12 @@ def test_oldest_allowed_version_matches_the_staleness_definition():
             assert (step - 1) - u == k
 
 
-def test_resolve_async():
+class _ForegroundOnly:  # an engine that cannot sample beside the trainer
+    from agentrl.engines.base import EngineCapabilities
+    capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=False, can_sleep=False)
+
+
+def test_resolve_async(monkeypatch):
     sync = load_config(CI_CFG)
     assert resolve_async(sync, world_size=4) == (sync, False)  # 0: nothing checked, nothing changed
     assert resolve_async(sync, 1)[0] is sync
@@ -85,8 +90,12 @@ def test_resolve_async():
     assert not defaulted and cfg.algo.is_level == "sequence"
     with pytest.raises(ConfigError, match="torchrun"):
         resolve_async(load_config(CI_CFG, ["train.max_staleness=1"]), 2)
+    cfg, _ = resolve_async(load_config(CI_CFG, ["train.max_staleness=1", "model.engine=vllm"]), 1)
+    assert cfg.model.engine == "vllm"  # the rollout thread drives the trainer's own vLLM engine
+    from agentrl.engines import ENGINES
+    monkeypatch.setitem(ENGINES, "fg", f"{__name__}:_ForegroundOnly")
     with pytest.raises(ConfigError, match="model.engine=hf"):
-        resolve_async(load_config(CI_CFG, ["train.max_staleness=1", "model.engine=vllm"]), 1)
+        resolve_async(load_config(CI_CFG, ["train.max_staleness=1", "model.engine=fg"]), 1)
     with pytest.raises(ConfigError, match=">= 0"):
         resolve_async(load_config(CI_CFG, ["train.max_staleness=-1"]), 1)
 
