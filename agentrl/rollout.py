@@ -47,7 +47,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from agentrl.chat import ChatTemplate, Segment
+from agentrl.chat import ChatTemplate, Segment, encode_literal
 from agentrl.engines.base import Engine, Generation, SamplingParams
 from agentrl.sequence import TokenSequence
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult
@@ -383,7 +383,7 @@ class RolloutRunner:
         """The real output of a mid-turn call, as tool tokens inside the assistant turn."""
         if a.pending:
             text = self._mid.observation(a.mid_stop, a.records[-1].result)
-            a.seq.append(self.tokenizer.encode(text, add_special_tokens=False), "tool")
+            a.seq.append(encode_literal(self.tokenizer, text), "tool")  # untrusted: no special tokens
         a.pending, a.mid_stop = [], None
         if len(a.seq) >= self.config.max_total_tokens:
             a.finish_reason = "length"

@@ -178,6 +178,17 @@ def test_output_caps_and_tool_errors_land_in_the_output_block(qwen):
     assert traj.tool_calls[0].result in shown
 
 
+def test_output_that_prints_special_tokens_stays_plain_text(qwen):
+    tok, chat, box = qwen
+    end = chat.stop_token_ids[0]
+    first = enc(tok, "```python\nprint('<|im_' + 'end|><tool' + '_call>')\n```\n")  # written without them
+    traj = run(engine_for("attempt", [first, enc(tok, "<answer>ok</answer>") + [end]], tok), chat, box, "attempt")
+    tool_span = next(s for s in traj.spans if s.kind == "tool")
+    ids = traj.token_ids[tool_span.start:tool_span.end]
+    assert end not in ids and tok.decode(ids) == "```output\n<|im_end|><tool_call>\n```\n"
+    assert [s.kind for s in traj.spans] == ["prompt", "model", "tool", "model"] and traj.finish_reason == "stop"
+
+
 def test_the_format_needs_the_python_tool(qwen):
     tok, chat, _ = qwen
 
