@@ -217,24 +217,40 @@ def masked_lm_loss(logits, input_ids, loss_mask):
     return (nll * m).sum() / m.sum().clamp(min=1.0)
 
 
-def shared_prefix_len(batch: list[EncodedDemo]) -> int:
-    """Tokens every sequence of the batch starts with, ending before the first trained target.
+def _padded_batch(batch: list[EncodedDemo], pad_id: int):
+    """(ids, loss mask, attention mask), each [B, longest], right-padded."""
+    import torch
 
-    The prefix's last position must not predict a trained token (its logits are not computed
-    in the shared pass), hence the cut one token before the earliest ``loss_mask == 1``.
+    width = max(len(e.token_ids) for e in batch)
+
+    def padded(seqs: list[list[int]], fill: int):
+        return torch.tensor([x + [fill] * (width - len(x)) for x in seqs], dtype=torch.long)
+
+    return (padded([e.token_ids for e in batch], pad_id), padded([e.loss_mask for e in batch], 0),
+            padded([[1] * len(e.token_ids) for e in batch], 0))
+
+
+def _prefix_before_targets(ids, mask, attn) -> int:
+    """The rows' common prefix (``agentrl.algo.shared_prefix.shared_prefix_len``), cut one token
+    before the earliest trained target: the prefix's last position must not predict a trained
+    token (its logits are not computed in the shared pass)."""
+    import torch
+
+    from agentrl.algo.shared_prefix import shared_prefix_len as common_prefix_len
+
+    first_target = torch.where(mask.any(1), mask.argmax(1), attn.sum(1))
+    return max(0, min(common_prefix_len(ids, attn), int(first_target.min()) - 1))
+
+
+def shared_prefix_len(batch: list[EncodedDemo]) -> int:
+    """Tokens every sequence of the batch starts with, ending before the first trained target
+    (0 for a single sequence: nothing to share).
 
     >>> shared_prefix_len([EncodedDemo([5, 6, 7, 8], [0, 0, 1, 1]), EncodedDemo([5, 6, 9], [0, 0, 1])])
     1
     """
-    first = batch[0].token_ids
-    n = min(len(e.token_ids) for e in batch)
-    for e in batch[1:]:
-        k = 0
-        while k < n and e.token_ids[k] == first[k]:
-            k += 1
-        n = k
-    earliest = min((e.loss_mask.index(1) if 1 in e.loss_mask else len(e.loss_mask)) for e in batch)
-    return max(0, min(n, earliest - 1))
+    ids, mask, attn = _padded_batch(batch, 0)
+    return _prefix_before_targets(ids, mask, attn)
 
 
 def batch_loss(model, batch: list[EncodedDemo], pad_id: int, min_shared: int = 32):
@@ -245,17 +261,11 @@ def batch_loss(model, batch: list[EncodedDemo], pad_id: int, min_shared: int = 3
     import torch
     import torch.nn.functional as F
 
-    def padded(seqs: list[list[int]], fill: int):
-        width = max(len(x) for x in seqs)
-        return torch.tensor([x + [fill] * (width - len(x)) for x in seqs], dtype=torch.long)
-
-    ids = padded([e.token_ids for e in batch], pad_id)
-    mask = padded([e.loss_mask for e in batch], 0)
-    attn = padded([[1] * len(e.token_ids) for e in batch], 0)
+    ids, mask, attn = _padded_batch(batch, pad_id)
     body, head = getattr(model, "model", None), getattr(model, "lm_head", None)
     if body is None or head is None:  # an unusual architecture: the plain full-logits path
         return masked_lm_loss(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
-    p = shared_prefix_len(batch)
+    p = _prefix_before_targets(ids, mask, attn)
     extra = {}
     if p >= min_shared and len(batch) > 1:
         from transformers import DynamicCache
