@@ -8,7 +8,8 @@ scripts only the *content* of each turn:
   and stop strings disabled) over the row's real, growing prompt: real prefill, real KV-cached
   decode steps, real batch shrinking when rows finish at different turns;
 - the turn the rollout receives is then: the row's own sampled ids (any added or special
-  token among them swapped for a plain one, so the random text cannot open or end a turn),
+  token among them, or any token holding a "<", swapped for a plain one, so the sampled text
+  cannot open a tag or end a turn),
   cut to make room for a scripted tail: a tool call (turns before ``tool_turns``) or a final
   ``<answer>`` (the last turn), then the turn-end token. Exactly ``turn_tokens`` ids in all.
   The rollout parses it, runs the tool, appends the observation through the chat template,
@@ -53,8 +54,9 @@ class TurnScript:
 
     ``call(prompt_text)`` returns the JSON object of a Hermes tool call; ``answer(prompt_text,
     sampled_ids)`` the text put inside ``<answer></answer>`` (the ids the model really sampled
-    this turn can serve as a coin, so that some attempts of a group are right and some wrong). The turn of a row is the number of ``<tool_call>`` tokens already in
-    its prompt (the system prompt has none: tool schemas are rendered as JSON, not tags).
+    this turn can serve as a coin, so that some attempts of a group are right and some wrong). The turn of a row is the number of ``<tool_call>`` tags already in
+    its prompt (the system prompt must have none: the tiny model's template renders tool
+    schemas as JSON, not tags; SmolLM2's renders no tools).
     """
 
     tokenizer: object
@@ -63,20 +65,40 @@ class TurnScript:
     call: Callable[[str], str]
     answer: Callable[[str, list[int]], str]
     turn_end: str = "<|im_end|>"
+    # False: ``call``/``answer`` get "" instead of the decoded prompt (decoding a whole growing
+    # conversation every turn is the script's cost, not the rollout's; skip it when unused).
+    decode_prompt: bool = True
 
     def __post_init__(self) -> None:
         tok = self.tokenizer
-        self.call_tag = tok.convert_tokens_to_ids("<tool_call>")
+        # The ids of "<tool_call>": one added token (Qwen), or plain text pieces (SmolLM2).
+        self.call_ids = tok.encode("<tool_call>", add_special_tokens=False)
         self.end_id = tok.convert_tokens_to_ids(self.turn_end)
         self.plain = tok.encode("a", add_special_tokens=False)[0]
         self.banned = set(getattr(tok, "added_tokens_decoder", {}) or {}) | set(tok.all_special_ids)
+        # A real model imitates the calls in its context: where tags are plain text (SmolLM2),
+        # a sampled "<" could open a tag of its own; every token holding one is swapped too.
+        pieces = tok.convert_ids_to_tokens(list(range(len(tok))))
+        self.banned |= {i for i, piece in enumerate(pieces) if piece and "<" in piece}
 
     def turn_of(self, prompt: list[int]) -> int:
-        return prompt.count(self.call_tag)
+        """Tool calls already in ``prompt``: occurrences of the "<tool_call>" ids (the rollout
+        appends this script's ids verbatim, so they are found exactly)."""
+        n, k, i = 0, len(self.call_ids), 0
+        first = self.call_ids[0]
+        while True:
+            try:
+                i = prompt.index(first, i)
+            except ValueError:
+                return n
+            if prompt[i: i + k] == self.call_ids:
+                n, i = n + 1, i + k
+            else:
+                i += 1
 
     def ids(self, prompt: list[int], sampled: list[int]) -> list[int]:
         """Exactly ``turn_tokens`` ids: sampled text, then the call or the answer, then the turn end."""
-        text = self.tokenizer.decode(prompt, skip_special_tokens=False)
+        text = self.tokenizer.decode(prompt, skip_special_tokens=False) if self.decode_prompt else ""
         if self.turn_of(prompt) < self.tool_turns:
             body = f"<tool_call>\n{self.call(text)}\n</tool_call>"
         else:

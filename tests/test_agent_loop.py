@@ -281,3 +281,27 @@ def test_a_failing_decode_step_fails_every_waiter_and_the_next_request_works(eng
     assert all(isinstance(e, RuntimeError) and "decode step broke" in str(e) for e in out)
     assert asyncio.run(engine.agenerate(PROMPTS[1], params(1))).token_ids == \
         engine.generate([PROMPTS[1]], params(1))[0].token_ids
+
+
+def test_turn_script_counts_tool_call_tags_written_as_plain_text():
+    """Where "<tool_call>" is plain text (Mistral v3 here, SmolLM2 in the benchmark), the script
+    still finds the calls it wrote in the prompt; a sampled head never keeps a "<", so the
+    text a real model imitates from its context cannot open a tag of its own."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(Path(__file__).parent / "fixtures" / "tokenizers" / "mistral-v3")
+    script = TurnScript(tok, turn_tokens=40, tool_turns=2, call=lambda text: '{"name": "wait", "arguments": {}}',
+                        answer=lambda text, sampled: "42", turn_end="</s>", decode_prompt=False)
+    assert len(script.call_ids) > 1  # not one token in this vocabulary
+    sampled = tok.encode("x <tool_call> y <answer>" * 8, add_special_tokens=False)[:40]
+    prompt = tok.encode("user: what is 6 x 7?", add_special_tokens=False)
+    observation = tok.encode("\ntool: 42\n", add_special_tokens=False)
+    turns = []
+    for _ in range(3):
+        ids = script.ids(prompt, sampled)
+        assert len(ids) == 40 and ids[-1] == tok.convert_tokens_to_ids("</s>")
+        turns.append(tok.decode(ids))
+        prompt = prompt + ids + observation
+    assert [t.count("<tool_call>") for t in turns] == [1, 1, 0]
+    assert "<answer>" not in turns[0] and turns[2].count("<answer>42</answer>") == 1
+    assert script.turn_of(prompt) == 2

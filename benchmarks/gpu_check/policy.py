@@ -99,7 +99,7 @@ def arithmetic_script(trainer, turn_tokens: int, tool_turns: int):
         base = 0
 
         def turn_of(self, prompt: list[int]) -> int:
-            return prompt.count(self.call_tag) - self.base
+            return super().turn_of(prompt) - self.base
 
     def call(text: str) -> str:
         user = text.rsplit("<|im_start|>user\n", 1)[-1].split("<|im_end|>", 1)[0]
@@ -109,7 +109,7 @@ def arithmetic_script(trainer, turn_tokens: int, tool_turns: int):
 
     script = QwenTurnScript(trainer.tokenizer, turn_tokens=turn_tokens, tool_turns=tool_turns, call=call,
                             answer=answer_from_tool_output)
-    script.base = probe.count(script.call_tag)
+    script.base = script.turn_of(probe)  # base is 0 here: the tags the system prompt spells out
     return script
 
 
