@@ -305,3 +305,59 @@ def test_turn_script_counts_tool_call_tags_written_as_plain_text():
     assert [t.count("<tool_call>") for t in turns] == [1, 1, 0]
     assert "<answer>" not in turns[0] and turns[2].count("<answer>42</answer>") == 1
     assert script.turn_of(prompt) == 2
+
+
+_EXIT_SCRIPT = """
+import asyncio, threading, time
+import torch
+from agentrl.engines.base import SamplingParams
+from agentrl.engines.hf import HFEngine
+from agentrl.models.tiny import ensure_tiny_model
+torch.set_num_threads(1)
+engine = HFEngine.from_pretrained(ensure_tiny_model(), seed=0)
+def client():  # a caller that never collects its result: a script ending mid-rollout
+    asyncio.run(engine.agenerate([5, 6, 7], SamplingParams(max_new_tokens=100000, seed=1)))
+threading.Thread(target=client, daemon=True).start()
+while engine.batcher_stats.steps < 50:
+    time.sleep(0.01)
+print("exiting while the driver decodes", flush=True)
+"""
+
+
+def test_interpreter_exit_while_the_driver_decodes_is_clean(tmp_path):
+    """A script that exits with a request in flight: the driver is closed at exit and leaves
+    its busy period, instead of being killed inside a torch call (abort, exit status 134:
+    "terminate called without an active exception", seen 4 times in 4 before the fix)."""
+    import subprocess
+
+    script = tmp_path / "exit_mid_decode.py"
+    script.write_text(_EXIT_SCRIPT)
+    for _ in range(2):
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "exiting while the driver decodes" in out.stdout and "terminate called" not in out.stderr
+
+
+def test_closing_a_driver_fails_its_requests_and_stops_it(engine):
+    """``DriverThread.close`` (what the exit hook calls): the running request fails with a
+    clear error at the next step, and the thread is gone."""
+    result: dict = {}
+
+    def client():
+        try:
+            asyncio.run(engine.agenerate([5, 6, 7], SamplingParams(max_new_tokens=100000, seed=1)))
+        except RuntimeError as err:
+            result["error"] = str(err)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    start = engine.batcher_stats.steps
+    while engine.batcher_stats.steps < start + 20:
+        time.sleep(0.01)
+    driver = engine._batcher.driver
+    driver.close()
+    thread.join(60)
+    assert not thread.is_alive() and "closed" in result["error"]
+    assert driver._thread is None and engine._batcher.rows == []
+    driver.closing = False  # the module's engine serves the remaining tests
+    assert len(asyncio.run(engine.agenerate([5, 6], SamplingParams(max_new_tokens=4, seed=2))).token_ids) == 4

@@ -84,7 +84,7 @@ class ContinuousBatcher:
         try:
             # Eval mode, threads and the prefix cache check once per busy period.
             with self.engine.sampling_mode():
-                while self.rows or self.driver.queued:
+                while (self.rows or self.driver.queued) and not self.driver.closing:
                     start = time.perf_counter()
                     with torch.inference_mode():
                         self._admit()

@@ -6,14 +6,25 @@ thread runs ``serve()`` while anything is queued; ``serve`` takes the queue (``t
 often as it likes and returns when nothing is queued or running. Results go back to each
 request's loop thread-safely; an exception out of ``serve`` fails every request it had taken
 or left queued, so no caller hangs. The thread ends after ``idle_exit_s`` without work.
+
+At interpreter exit every driver is closed and joined (``atexit``): ``serve`` sees ``closing``
+and returns at its next step. Without that, a daemon thread still inside a torch call when
+the interpreter finalizes is killed as it takes the GIL back, and the process aborts
+("terminate called without an active exception", exit status 134) after a script that
+ended with requests in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+
+_LIVE: "weakref.WeakSet[DriverThread]" = weakref.WeakSet()
+CLOSE_TIMEOUT_S = 30.0  # at exit, how long one driver may take to finish its current step
 
 
 @dataclass
@@ -69,6 +80,8 @@ class DriverThread:
         self._queue: list = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self.closing = False  # set at interpreter exit: serve() returns at its next step
+        _LIVE.add(self)
 
     @property
     def idle(self) -> bool:
@@ -100,12 +113,24 @@ class DriverThread:
             out, self._queue = [r for r in self._queue if not r.pending.cancelled], []
         return out
 
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop serving: the thread leaves its busy period at the next step and exits; requests
+        still queued or running are failed. Called for every driver at interpreter exit."""
+        with self._cond:
+            self.closing = True
+            thread = self._thread
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._queue and not self._cond.wait_for(lambda: self._queue, timeout=self.idle_exit_s):
+                ready = self._cond.wait_for(lambda: self._queue or self.closing, timeout=self.idle_exit_s)
+                if not ready or self.closing:
                     self._thread = None
-                    return
+                    failed, self._queue = self._queue, []
+                    break
             try:
                 self.serve()
             except BaseException as err:  # fail every waiter rather than hang them
@@ -113,3 +138,11 @@ class DriverThread:
                     failed, self._queue = list(self.in_flight()) + self._queue, []
                 for r in failed:
                     r.pending.resolve(error=err)
+        for r in failed + (list(self.in_flight()) if self.closing else []):
+            r.pending.resolve(error=RuntimeError("the engine's driver thread was closed (interpreter exit)"))
+
+
+@atexit.register
+def _close_all() -> None:
+    for driver in list(_LIVE):
+        driver.close()

@@ -55,7 +55,7 @@ class VLLMStepper:
         with self.engine.lock:
             self.engine.wake_up()
             try:
-                while self.running or self.driver.queued:
+                while (self.running or self.driver.queued) and not self.driver.closing:
                     start = time.perf_counter()
                     for r in self.driver.take():
                         r.request_id = f"agentrl-{next(self._ids)}"
