@@ -27,11 +27,12 @@ import torch
 from tqdm.auto import tqdm
 
 from agentrl.algo.objective import Objective
-from agentrl.algo.update import UpdateSettings, UpdateStats, compute_advantages, grpo_update
+from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
 from agentrl.run.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
 from agentrl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
+from agentrl.run.collect import collect_step, draw_tasks, step_metrics
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
-from agentrl.run.evaluate import EvalResult, evaluate, score_all
+from agentrl.run.evaluate import EvalResult, evaluate
 from agentrl.serve.agent_runner import agent_metrics
 from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
 from agentrl.run.optim import build_optimizer
@@ -43,9 +44,6 @@ from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prep
 from agentrl.scale.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
 from agentrl.types import Task, Trajectory, write_jsonl
-
-RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts
-
 
 @dataclass
 class TrainResult:
@@ -221,46 +219,14 @@ class Trainer:
     # -- phases ---------------------------------------------------------------------------
 
     def sample_tasks(self, step: int, n: int, draw: int = 0) -> list[Task]:
-        rng = random.Random(self.cfg.seed * 1_000_003 + step * 9_973 + draw * 101)
-        if n <= len(self.train_tasks):
-            return rng.sample(self.train_tasks, n)
-        return [rng.choice(self.train_tasks) for _ in range(n)]
+        """The ``n`` training prompts of ``step`` (``agentrl.run.collect.draw_tasks``)."""
+        return draw_tasks(self.train_tasks, self.cfg.seed, step, n, draw)
 
     def collect(self, step: int, runner=None) -> tuple[list[Trajectory], dict[str, float]]:
-        """Roll out, score and (DAPO dynamic sampling) refill until the batch has signal.
-
-        Every rank draws the same global prompt list and rolls out its own slice of whole
-        groups (``shard_whole_groups``); the refill decision counts signal groups of all ranks.
-        ``runner``: the rollout thread's own (asynchronous rollouts); default the trainer's.
-        """
-        cfg = self.cfg
-        G = cfg.algo.num_samples
-        trajs: list[Trajectory] = []
-        t_roll = t_tools = 0.0
-        draws = 0
-        rank, world = self.dist.rank, self.dist.world_size
-        while True:
-            tasks = dist.shard_whole_groups(self.sample_tasks(step, cfg.train.prompts_per_step, draws), rank, world)
-            batch = (runner or self.runner).run(tasks, G, self.env.system_prompt,
-                                                seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
-                                                group_prefix=f"s{step}d{draws}/")
-            score_all(self.env, self.tasks_by_id, batch.trajectories)
-            t_roll += batch.stats.total_s
-            t_tools += batch.stats.tools_s
-            trajs.extend(batch.trajectories)
-            draws += 1
-            if not (cfg.algo.drop_zero_variance and cfg.algo.refill_batch) or draws > cfg.algo.max_refills:
-                break
-            if dist.sum_floats([self._signal_groups(trajs)])[0] >= cfg.train.prompts_per_step:
-                break
-        return trajs, {"time/rollout": t_roll, "time/tools": t_tools, "batch/draws": float(draws)}
-
-    @staticmethod
-    def _signal_groups(trajs: list[Trajectory]) -> int:
-        by: dict[str, set] = {}
-        for t in trajs:
-            by.setdefault(t.group_id, set()).add(t.reward)
-        return sum(len(v) > 1 for v in by.values())
+        """The step's scored rollouts on this rank (``agentrl.run.collect.collect_step``).
+        ``runner``: the rollout thread's own (asynchronous rollouts); default the trainer's."""
+        return collect_step(self.cfg, self.env, self.train_tasks, self.tasks_by_id, runner or self.runner, step,
+                            self.dist.rank, self.dist.world_size)
 
     def run_eval(self, step: int) -> EvalResult | None:
         """Each rank evaluates its slice of the held-out tasks; the merged result on rank 0 (None elsewhere)."""
@@ -274,30 +240,6 @@ class Trainer:
         res = merge_eval_results(parts, self.test_by_id)
         write_jsonl(str(self.run_dir / "rollouts" / f"eval_step_{step:06d}.jsonl"), res.trajectories)
         return res
-
-    def step_metrics(self, shard: StepShard, st: UpdateStats) -> dict[str, float]:
-        """The logged metrics of a step, from the merged shards of every rank."""
-        trajs, zero_var, n_groups = shard.trajectories, shard.zero_variance_groups, shard.groups
-        n = max(1, len(trajs))
-        rewards = np.array([t.reward or 0.0 for t in trajs])
-        calls = sum(len(t.tool_calls) for t in trajs)
-        errors = sum(1 for t in trajs for c in t.tool_calls if c.error)
-        return {
-            "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
-            "groups/zero_variance_frac": zero_var / max(1, n_groups),
-            "groups/with_signal": float(n_groups - zero_var),
-            "tools/calls_per_traj": calls / n, "tools/error_rate": errors / max(1, calls),
-            "turns/mean": sum(t.turns for t in trajs) / n,
-            "finish/length_frac": sum(t.finish_reason == "length" for t in trajs) / n,
-            "finish/max_turns_frac": sum(t.finish_reason == "max_turns" for t in trajs) / n,
-            "response/len_mean": sum(t.num_model_tokens for t in trajs) / n,
-            "void_turns/frac": sum(t.void_turns > 0 for t in trajs) / n,
-            "filter/dropped_zero_variance": float(shard.dropped_zero_variance),
-            "filter/masked_truncated": float(shard.masked_truncated),
-            "filter/dropped_void": float(shard.dropped_void),
-            **st.metrics(),
-            "lr": self.scheduler.get_last_lr()[0], "policy_version": float(self.version),
-        }
 
     def train_step(self, step: int) -> dict[str, float]:
         """One step on every rank; the metrics of the whole step on rank 0 ({} elsewhere)."""
@@ -340,7 +282,7 @@ class Trainer:
         shard = merge_step_shards(shards)
         if cfg.train.log_rollouts:
             write_jsonl(str(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"), shard.trajectories)
-        m = self.step_metrics(shard, st)
+        m = step_metrics(shard, st, self.scheduler.get_last_lr()[0], self.version)
         m.update({"time/rollout": shard.time_rollout, "time/tools": shard.time_tools,
                   "batch/draws": float(shard.draws), "time/update": t_update})
         m.update(extra)

@@ -1,0 +1,98 @@
+"""One step's data: the step's prompts (a seeded draw), the rollout, the checker's rewards,
+DAPO's refill until the batch has enough groups with signal, and the metrics the step logs.
+
+Pure functions of their arguments: the trainer passes its config, environment, task pool,
+runner and rank, so the asynchronous producer's thread can run ``collect_step`` with its own
+runner.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from agentrl.algo.update import UpdateStats
+from agentrl.run.config import Config
+from agentrl.run.evaluate import score_all
+from agentrl.scale import distributed as dist
+from agentrl.scale.rank_merge import StepShard
+from agentrl.types import Task, Trajectory
+
+RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts
+
+
+def draw_tasks(pool: list[Task], seed: int, step: int, n: int, draw: int = 0) -> list[Task]:
+    """The ``n`` prompts of ``step`` (refill round ``draw``): the same on every rank and rerun.
+
+    >>> from agentrl.types import Task
+    >>> pool = [Task(id=str(i), prompt=str(i), answer=str(i)) for i in range(10)]
+    >>> [t.id for t in draw_tasks(pool, 0, 1, 3)] == [t.id for t in draw_tasks(pool, 0, 1, 3)]
+    True
+    """
+    rng = random.Random(seed * 1_000_003 + step * 9_973 + draw * 101)
+    if n <= len(pool):
+        return rng.sample(pool, n)
+    return [rng.choice(pool) for _ in range(n)]
+
+
+def signal_groups(trajs: list[Trajectory]) -> int:
+    """Groups whose attempts do not all have the same reward (the ones GRPO learns from)."""
+    by: dict[str, set] = {}
+    for t in trajs:
+        by.setdefault(t.group_id, set()).add(t.reward)
+    return sum(len(v) > 1 for v in by.values())
+
+
+def collect_step(cfg: Config, env, pool: list[Task], tasks_by_id: dict[str, Task], runner, step: int,
+                 rank: int = 0, world: int = 1) -> tuple[list[Trajectory], dict[str, float]]:
+    """Roll out, score and (DAPO dynamic sampling) refill until the batch has signal.
+
+    Every rank draws the same global prompt list and rolls out its own slice of whole groups
+    (``shard_whole_groups``); the refill decision counts signal groups of all ranks.
+    """
+    G = cfg.algo.num_samples
+    trajs: list[Trajectory] = []
+    t_roll = t_tools = 0.0
+    draws = 0
+    while True:
+        tasks = dist.shard_whole_groups(draw_tasks(pool, cfg.seed, step, cfg.train.prompts_per_step, draws),
+                                        rank, world)
+        batch = runner.run(tasks, G, env.system_prompt,
+                           seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
+                           group_prefix=f"s{step}d{draws}/")
+        score_all(env, tasks_by_id, batch.trajectories)
+        t_roll += batch.stats.total_s
+        t_tools += batch.stats.tools_s
+        trajs.extend(batch.trajectories)
+        draws += 1
+        if not (cfg.algo.drop_zero_variance and cfg.algo.refill_batch) or draws > cfg.algo.max_refills:
+            break
+        if dist.sum_floats([signal_groups(trajs)])[0] >= cfg.train.prompts_per_step:
+            break
+    return trajs, {"time/rollout": t_roll, "time/tools": t_tools, "batch/draws": float(draws)}
+
+
+def step_metrics(shard: StepShard, st: UpdateStats, lr: float, version: int) -> dict[str, float]:
+    """The logged metrics of a step, from the merged shards of every rank and the update."""
+    trajs, zero_var, n_groups = shard.trajectories, shard.zero_variance_groups, shard.groups
+    n = max(1, len(trajs))
+    rewards = np.array([t.reward or 0.0 for t in trajs])
+    calls = sum(len(t.tool_calls) for t in trajs)
+    errors = sum(1 for t in trajs for c in t.tool_calls if c.error)
+    return {
+        "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+        "groups/zero_variance_frac": zero_var / max(1, n_groups),
+        "groups/with_signal": float(n_groups - zero_var),
+        "tools/calls_per_traj": calls / n, "tools/error_rate": errors / max(1, calls),
+        "turns/mean": sum(t.turns for t in trajs) / n,
+        "finish/length_frac": sum(t.finish_reason == "length" for t in trajs) / n,
+        "finish/max_turns_frac": sum(t.finish_reason == "max_turns" for t in trajs) / n,
+        "response/len_mean": sum(t.num_model_tokens for t in trajs) / n,
+        "void_turns/frac": sum(t.void_turns > 0 for t in trajs) / n,
+        "filter/dropped_zero_variance": float(shard.dropped_zero_variance),
+        "filter/masked_truncated": float(shard.masked_truncated),
+        "filter/dropped_void": float(shard.dropped_void),
+        **st.metrics(),
+        "lr": lr, "policy_version": float(version),
+    }
