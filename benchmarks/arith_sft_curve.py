@@ -24,7 +24,8 @@ from agentrl.chat import ChatTemplate
 from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.run.config import SFTSettings
-from agentrl.run.warmstart import encode_demonstration, make_demonstrations, sft
+from agentrl.run.demonstrations import encode_demonstration, make_demonstrations
+from agentrl.run.warmstart import sft
 
 
 def turns(mask: list[int]) -> list[tuple[int, int]]:

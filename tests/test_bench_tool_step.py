@@ -78,7 +78,7 @@ def test_same_prompt_ids_and_tool_call_parse(tok):
 
 
 def test_env_scores_and_demonstrations_encode(tok):
-    from agentrl.run.warmstart import encode_demonstration
+    from agentrl.run.demonstrations import encode_demonstration
 
     env = MultiplyEnv(seed=0, num_train=4, num_test=1)
     demo = env.demonstrations(1, seed=0)[0]

@@ -14,14 +14,8 @@ from agentrl.envs.arithmetic import ArithmeticEnv
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.types import Message
 from agentrl.run.config import SFTSettings
-from agentrl.run.warmstart import (
-    corrupt_demonstration,
-    corrupt_text,
-    encode_demonstration,
-    make_demonstrations,
-    masked_lm_loss,
-    warm_start,
-)
+from agentrl.run.demonstrations import corrupt_demonstration, corrupt_text, encode_demonstration, make_demonstrations
+from agentrl.run.warmstart import masked_lm_loss, warm_start
 
 
 @pytest.fixture(scope="module")
