@@ -131,7 +131,6 @@ def main() -> None:
 
         path = resolve_model_path(Config(model=ModelConfig(path=args.model)))
     engine = HFEngine.from_pretrained(path)
-    path_of_model = path
     prompts = make_prompts(engine.tokenizer, args.batch, args.group)
     lengths = sorted(len(p) for p in prompts)
     print(f"{args.model} model, batch {args.batch}, prompt lengths {lengths[0]}..{lengths[-1]}, "
@@ -141,13 +140,13 @@ def main() -> None:
         torch.set_num_threads(threads)
         engine.num_threads = threads  # the engine sets (and restores) threads per call
         runs = {}
-        for path in args.paths.split(","):
-            if path == "fast":
+        for which in args.paths.split(","):
+            if which == "fast":
                 runs["engine/fast"] = engine_run(engine, FastDecoder(engine.model), prompts, args.new)
-            elif path == "stock":
+            elif which == "stock":
                 runs["engine/stock"] = engine_run(engine, StockDecoder(engine.model), prompts, args.new)
-            elif path == "vllm":
-                runs["vllm"] = vllm_run(path_of_model, engine, prompts, args.new, threads)
+            elif which == "vllm":
+                runs["vllm"] = vllm_run(path, engine, prompts, args.new, threads)
             else:
                 runs["hf.generate"] = hf_generate_run(engine.model, prompts, args.new)
         best = {name: float("inf") for name in runs}

@@ -222,7 +222,6 @@ def main() -> None:
             work = Path(tmp)
             _run([sys.executable, __file__, *sys.argv[1:], "--model-dir", str(model_dir), "--side-agentrl", tmp])
             ag = json.loads((work / "agentrl.json").read_text())
-            (work / "spec.json").write_text(json.dumps(ag["spec"]))
             if args.no_trl:
                 ag.pop("spec")
                 a = summarize(ag)
@@ -230,6 +229,7 @@ def main() -> None:
                 report["rounds"].append({"agentrl": {**ag, "median": a}})
                 continue
             print(f"round {r + 1}/{args.rounds}: TRL", flush=True)
+            (work / "spec.json").write_text(json.dumps(ag["spec"]))
             _run([args.trl_python, str(HERE / "trl_tool_step.py"), "--spec", str(work / "spec.json"),
                   "--out", str(work / "trl.json"), "--output-dir", str(work / "trl_run")])
             trl = json.loads((work / "trl.json").read_text())

@@ -73,7 +73,7 @@ def main() -> None:
 
     cur: dict = defaultdict(float)  # the current step's figures
     steps: list[dict] = []
-    logs: list[dict] = []
+    steps_logged: list[dict] = []  # TRL's logged metrics, one dict per step
 
     def reward(completions, answer, **_) -> list[float]:
         """1.0 when the last assistant message's last <answer> is the product (agentrl's checker)."""
@@ -101,9 +101,7 @@ def main() -> None:
 
         def on_log(self, a, state, control, logs=None, **kw):
             if logs and "tools/call_frequency" in logs:
-                train_logs.append(dict(logs))
-
-    train_logs = logs
+                steps_logged.append(dict(logs))
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_and_score_completions(self, inputs):
@@ -137,7 +135,7 @@ def main() -> None:
     recognised = getattr(trainer._tokenizer, "response_template", None) is not None or \
         getattr(trainer._tokenizer, "response_schema", None) is not None
     trainer.train()
-    for s, lg in zip(steps, logs):
+    for s, lg in zip(steps, steps_logged):
         s["call_frequency"] = lg.get("tools/call_frequency")
         s["failure_frequency"] = lg.get("tools/failure_frequency")
         s["tool_calls"] = round(s["call_frequency"] * s["attempts"]) if s["call_frequency"] is not None else None

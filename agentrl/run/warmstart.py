@@ -138,7 +138,7 @@ def batch_loss(model, batch: list[EncodedDemo], pad_id: int, min_shared: int = 3
         return masked_lm_loss(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
     p = _prefix_before_targets(ids, mask, attn)
     extra = {}
-    if p >= min_shared and len(batch) > 1:
+    if p >= min_shared:  # 0 for a single row
         from transformers import DynamicCache
 
         cache = DynamicCache(config=model.config)
