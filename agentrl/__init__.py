@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from agentrl.rollout import RolloutConfig, RolloutRunner
     from agentrl.run.config import Config, load_config
     from agentrl.run.trainer import Trainer, train
-    from agentrl.template_check import check_prefix_preservation
+    from agentrl.chat.check import check_prefix_preservation
     from agentrl.toolbox import Tool, ToolBox, ToolContext, ToolResult, tool
     from agentrl.types import Message, Span, Task, ToolCall, Trajectory, read_jsonl, write_jsonl
 
@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "tool": "agentrl.toolbox", "Tool": "agentrl.toolbox", "ToolBox": "agentrl.toolbox",
     "ToolContext": "agentrl.toolbox", "ToolResult": "agentrl.toolbox",
     # chat templates
-    "ChatTemplate": "agentrl.chat", "check_prefix_preservation": "agentrl.template_check",
+    "ChatTemplate": "agentrl.chat", "check_prefix_preservation": "agentrl.chat.check",
     # engines and rollout
     "HFEngine": "agentrl.engines.hf", "SamplingParams": "agentrl.engines.base",
     "RolloutRunner": "agentrl.rollout", "RolloutConfig": "agentrl.rollout",

@@ -40,7 +40,7 @@ def _cmd_inspect(argv: list[str]) -> int:
 
 
 def _cmd_check_template(args: argparse.Namespace) -> int:
-    from agentrl.template_check import run_check_corpus, run_check_template
+    from agentrl.chat.check import run_check_corpus, run_check_template
 
     if args.corpus:
         return run_check_corpus(args.corpus, args.model)
@@ -48,7 +48,7 @@ def _cmd_check_template(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from agentrl.serve.standalone import serve
+    from agentrl.run.serve_cli import serve
 
     return serve(args.model, host=args.host, port=args.port, template=args.template,
                  max_total_tokens=args.max_total_tokens, max_new_tokens=args.max_new_tokens)

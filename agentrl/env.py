@@ -97,7 +97,7 @@ class HasAgent(Protocol):
     ``await agent(client, task)`` gets an ``openai.AsyncOpenAI`` client pointed at the trainer's
     endpoint (one per attempt) and returns its final answer (text) or its final messages (a
     list of OpenAI message dicts); ``score`` reads them as the last assistant message. See
-    ``agentrl.serve.agent_runner``."""
+    ``agentrl.rollout.agent_runner``."""
 
     async def agent(self, client, task: Task): ...
 

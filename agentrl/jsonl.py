@@ -1,5 +1,7 @@
-"""JSON Lines data files a user writes (problems, corpora): read with errors that name the
-file and line, so the fix is obvious. (Trajectory files: ``agentrl.types.read_jsonl``.)
+"""JSON Lines files: the data files a user writes (problems, corpora), read with errors that
+name the file and line, so the fix is obvious; and a run's ``metrics.jsonl``, read line by
+line by the trainer (on resume) and the viewer alike (:func:`scan_metrics`). Trajectory
+files: ``agentrl.types.read_jsonl``.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.jsonl"
@@ -14,7 +16,7 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 @dataclass(frozen=True)
@@ -52,3 +54,28 @@ def read_objects(path: str | Path, *, allow_json_list: bool = False) -> list[Jso
             raise ValueError(f"{path}:{n}: expected a JSON object per line, got {type(value).__name__}")
         out.append(JsonObject(path, n, value))
     return out
+
+
+@dataclass
+class MetricLine:
+    """One line of a metrics file: its decoded row, or why it could not be read."""
+
+    lineno: int
+    row: dict | None  # {"step": s, ...}; None when unreadable
+    problem: str | None = None  # e.g. "truncated last line" (a kill mid-write)
+
+
+def scan_metrics(path: Path) -> Iterator[MetricLine]:
+    """Every non-empty line of a metrics file, in order: the one reader of metrics.jsonl."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+                int(row["step"])
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+                what = "truncated last line" if not raw.endswith(b"\n") else f"unreadable metrics line ({e})"
+                yield MetricLine(lineno, None, what)
+                continue
+            yield MetricLine(lineno, row)

@@ -1,4 +1,5 @@
-"""Typed boundary objects of the data flow: messages, tool calls, spans, trajectories.
+"""Typed boundary objects of the data flow: messages, tool calls, spans, token sequences,
+trajectories, and the error a user's configuration raises.
 
 Conventions (see docs/design.md, "Conventions"):
 - ``loss_mask[t] == 1`` means "the policy generated token t; train on it".
@@ -17,6 +18,11 @@ SPAN_KINDS: tuple[str, ...] = ("prompt", "model", "tool", "template")
 
 FinishReason = Literal["stop", "length", "max_turns", "error"]
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "max_turns", "error")
+
+
+class ConfigError(ValueError):
+    """A configuration a user wrote that cannot be used as is (raised by every layer that
+    reads a setting: the run config, the model loaders, the parallel plan)."""
 
 
 @dataclass
@@ -99,6 +105,45 @@ class Span:
     start: int
     end: int
     kind: str  # one of SPAN_KINDS
+
+
+@dataclass
+class TokenSequence:
+    """One attempt's token ids as they grow, with per-token mask and log-probs; spans merge
+    adjacent same-kind appends.
+
+    Every append names the kind of the tokens; the mask and spans follow from the kind, so
+    they cannot disagree: ``model`` tokens get mask 1 and their sampler log-probs, every
+    other kind gets mask 0 and log-prob 0.0.
+    """
+
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def append(self, ids: list[int], kind: str, logprobs: list[float] | None = None) -> None:
+        if kind not in SPAN_KINDS:
+            raise ValueError(f"unknown span kind {kind!r}; expected one of {SPAN_KINDS}")
+        if not ids:
+            return
+        if kind == "model":
+            if logprobs is None or len(logprobs) != len(ids):
+                raise ValueError("model tokens need one sampler log-prob each")
+            self.loss_mask.extend([1] * len(ids))
+            self.logprobs.extend(float(x) for x in logprobs)
+        else:
+            self.loss_mask.extend([0] * len(ids))
+            self.logprobs.extend([0.0] * len(ids))
+        start = len(self.token_ids)
+        self.token_ids.extend(ids)
+        if self.spans and self.spans[-1].kind == kind:
+            self.spans[-1].end = len(self.token_ids)
+        else:
+            self.spans.append(Span(start=start, end=len(self.token_ids), kind=kind))
 
 
 @dataclass

@@ -26,7 +26,7 @@ from agentrl.engines.base import SamplingParams
 from agentrl.engines.hf import HFEngine
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig
-from agentrl.serve.agent_runner import AgentRunner
+from agentrl.rollout.agent_runner import AgentRunner
 from agentrl.serve.server import EndpointServer
 from agentrl.serve.service import AttemptBudget, ChatService
 from agentrl.types import Message, Task

@@ -16,8 +16,8 @@ from agentrl.chat import ChatTemplate
 from agentrl.engines.hf import HFEngine
 from agentrl.engines.scripted import PerRequestScriptedEngine, ScriptedEngine
 from agentrl.env import final_answer
-from agentrl.formats import detect_format
-from agentrl.formats.code_block import at_stop, observation
+from agentrl.chat.formats import detect_format
+from agentrl.chat.formats.code_block import at_stop, observation
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig, RolloutRunner
 from agentrl.toolbox import ToolBox, tool

@@ -156,7 +156,7 @@ def test_lora_trains_only_adapters_and_reference_is_the_base(tiny, tmp_path):
     pytest.importorskip("peft")
     from agentrl.algo.batching import collate, score_tokens
     from agentrl.run.checkpoint import TrainState, latest_checkpoint
-    from agentrl.scale.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
+    from agentrl.run.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
     from agentrl.scale.parallel import AdapterDisabledReference, prepare_policy
     from agentrl.run.optim import build_optimizer
     from agentrl.scale.weight_sync import WeightSync, export_weights
@@ -241,7 +241,7 @@ def test_grad_checkpointing_gives_the_same_gradient(tiny):
 def test_single_process_checkpoint_resumes_in_sharded_layout(tiny, tmp_path):
     """The optimizer of a plain checkpoint (keyed by position) is re-keyed by parameter name."""
     from agentrl.run.checkpoint import TrainState, latest_checkpoint, save_checkpoint
-    from agentrl.scale.checkpoint_dcp import load_unsharded_into_sharded
+    from agentrl.run.checkpoint_dcp import load_unsharded_into_sharded
     from agentrl.run.optim import build_optimizer
 
     cfg = load_config(None, OVERRIDES + ["algo.kl_coef=0.0"])
@@ -268,7 +268,7 @@ def _worker(batch_path: str, out_dir: str, ckpt_run: str) -> None:
 
     from agentrl.run.build import load_model_and_tokenizer
     from agentrl.run.checkpoint import TrainState, latest_checkpoint
-    from agentrl.scale.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
+    from agentrl.run.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
     from agentrl.scale.distributed import gather_to_main, init_distributed
     from agentrl.models.tiny import ensure_tiny_model
     from agentrl.scale.parallel import prepare_policy, prepare_reference

@@ -7,7 +7,7 @@ import pytest
 from jinja2 import Template
 
 from agentrl.chat import ChatTemplate, TemplateError
-from agentrl.formats import FORMATS, TEMPLATE_FORMATS, FormatDetectionError, detect_format, get_format
+from agentrl.chat.formats import FORMATS, TEMPLATE_FORMATS, FormatDetectionError, detect_format, get_format
 from agentrl.types import ToolCall
 from fixture_paths import QWEN25
 

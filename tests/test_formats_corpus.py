@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.chat import template_renderer
-from agentrl.formats import FormatDetectionError, detect_format
-from agentrl.formats.roundtrip import ROUND_TRIP_CASES, round_trip
+from agentrl.chat.formats import FormatDetectionError, detect_format
+from agentrl.chat.formats.roundtrip import ROUND_TRIP_CASES, round_trip
 from fixture_paths import QWEN25
 
 _SPEC = importlib.util.find_spec("trl")  # found without importing trl (which imports half of HF)

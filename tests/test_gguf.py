@@ -172,8 +172,8 @@ def test_model_path_names_a_gguf_file_or_a_directory_plus_gguf_file(source, tmp_
 
 
 def test_check_template_and_serve_take_a_gguf_file(source, tmp_path, monkeypatch, capsys):
-    from agentrl.serve.standalone import build_service
-    from agentrl.template_check import run_check_template
+    from agentrl.run.serve_cli import build_service
+    from agentrl.chat.check import run_check_template
 
     _, tokenizer, path = source
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))

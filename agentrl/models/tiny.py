@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agentrl.models.cache import default_cache_dir, publish_once
+from agentrl.models.cache import default_cache_dir, publish_once, save_hf
 
 # Bump when the builder's output changes, so cached builds from older code are not reused.
 BUILDER_VERSION = 2  # 2: compact tool listing in the chat template
@@ -224,8 +224,6 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 1
         model = Qwen2ForCausalLM(config).to(torch.float32)
     model.generation_config = GenerationConfig(eos_token_id=ids.eos, pad_token_id=ids.pad,
                                                bos_token_id=None, do_sample=True, temperature=1.0, top_p=1.0)
-    from agentrl.run.checkpoint import save_hf
-
     save_hf(model, tokenizer, out)
     return out
 

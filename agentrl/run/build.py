@@ -13,14 +13,9 @@ from pathlib import Path
 import torch
 
 from agentrl.env import HasAgent, HasAnswerPattern, HasDemonstrations
+from agentrl.envs import BUILTIN_ENVS
 from agentrl.run.config import Config, ConfigError
 
-BUILTIN_ENVS = {
-    "arithmetic": "agentrl.envs.arithmetic:ArithmeticEnv",
-    "search_qa": "agentrl.envs.search_qa:SearchQAEnv",
-    "humaneval": "agentrl.envs.humaneval:HumanEvalEnv",
-    "math": "agentrl.envs.math:MathEnv",
-}
 
 
 def set_threads(num_threads: int | None, model: torch.nn.Module | None = None) -> int:
@@ -195,7 +190,7 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     if rollout_cfg.answer_pattern is None and isinstance(env, HasAnswerPattern) and env.answer_pattern:
         rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)
     if isinstance(env, HasAgent):  # user code against the OpenAI API runs the attempts
-        from agentrl.serve.agent_runner import AgentRunner
+        from agentrl.rollout.agent_runner import AgentRunner
 
         runner = AgentRunner(engine, chat, env.agent, rollout_cfg, cfg.agent, toolbox=box)
     else:

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agentrl.models.cache import save_hf
+
 _STEP_RE = re.compile(r"^step_(\d{6,})$")
 
 
@@ -49,21 +51,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def save_hf(model, tokenizer, directory: Path) -> None:
-    """``save_pretrained`` of model and tokenizer into ``directory``, without transformers'
-    "Writing model shards" bar (it would print through the GRPO progress bar every checkpoint)."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(directory, safe_serialization=True)
-        tokenizer.save_pretrained(directory)
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
-
 def save_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, optimizer, scheduler,
                     config_yaml: str, keep: int = 2) -> Path:
     """Write model, tokenizer, optimizer, scheduler, RNG states, step and config atomically."""
@@ -94,11 +81,11 @@ def save_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, optimize
 
 def publish_checkpoint(run_dir: Path, tmp: Path, final: Path, keep: int) -> None:
     """Rename a complete checkpoint directory into place, then prune all but the last ``keep``."""
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     for _, old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -115,7 +102,7 @@ def load_checkpoint_state(ckpt: Path, optimizer, scheduler) -> TrainState:
     return TrainState(step=int(blob["step"]), policy_version=int(blob["policy_version"]))
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

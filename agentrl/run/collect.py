@@ -16,7 +16,7 @@ from agentrl.algo.update import UpdateStats
 from agentrl.run.config import Config
 from agentrl.run.evaluate import score_all
 from agentrl.scale import distributed as dist
-from agentrl.scale.rank_merge import StepShard
+from agentrl.run.rank_merge import StepShard
 from agentrl.types import Task, Trajectory
 
 RANK_SEED_STRIDE = 1_000_003  # rank r samples with seed + r * stride: ranks draw independent attempts

@@ -21,12 +21,11 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
-from agentrl.rollout import RolloutConfig
-from agentrl.serve.agent_runner import AgentSettings
+from agentrl.rollout.agent_runner import AgentSettings
+from agentrl.rollout.base import RolloutConfig
+from agentrl.scale.config import LoRAConfig, ParallelConfig  # noqa: F401  (sections of Config)
+from agentrl.types import ConfigError  # noqa: F401  (raised here; importable from here)
 
-
-class ConfigError(ValueError):
-    """A configuration a user wrote that cannot be used as is."""
 
 
 @dataclass
@@ -37,7 +36,7 @@ class ModelConfig:
     path: str = "tiny"
     gguf_file: str | None = None  # a GGUF file inside the directory model.path (converted like a .gguf path)
     template: str | None = None  # chat template: name in agentrl/templates, file, or None = tokenizer's
-    # how the model writes tool calls: a name in agentrl.formats (hermes, qwen_xml, harmony, ...);
+    # how the model writes tool calls: a name in agentrl.chat.formats (hermes, qwen_xml, harmony, ...);
     # None = detected by rendering a known call through the template (an error when unsure)
     tool_call_format: str | None = None
     tiny_seed: int = 0  # seed of the tiny model when path == "tiny"
@@ -186,27 +185,6 @@ class WarmStartConfig(SFTSettings):
     def settings(self) -> SFTSettings:
         """The SFT hyperparameters alone: ``enabled`` is not part of the cache key."""
         return SFTSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SFTSettings)})
-
-
-@dataclass
-class ParallelConfig:
-    """Multi-process training (torchrun + FSDP2), precision and memory savers (docs/scaling.md)."""
-
-    fsdp: bool | Literal["auto"] = "auto"  # auto: shard when >1 rank, or when bf16/cpu_offload is on
-    mixed_precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
-    grad_checkpointing: bool = False  # recompute each decoder layer in backward
-    cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: sharded params, grads, optimizer in host RAM
-
-
-@dataclass
-class LoRAConfig:
-    """LoRA adapters through peft; with kl_coef > 0 the reference is the base (adapter off)."""
-
-    enabled: bool = False
-    r: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
-    target_modules: list[str] | str = "all-linear"  # peft names, e.g. [q_proj, v_proj]
 
 
 @dataclass

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+from agentrl.jsonl import MetricLine, scan_metrics  # noqa: F401  (the reader of metrics.jsonl)
 
 
 class MetricsWriter:
@@ -44,31 +44,6 @@ def _clean(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
-
-
-@dataclass
-class MetricLine:
-    """One line of a metrics file: its decoded row, or why it could not be read."""
-
-    lineno: int
-    row: dict | None  # {"step": s, ...}; None when unreadable
-    problem: str | None = None  # e.g. "truncated last line" (a kill mid-write)
-
-
-def scan_metrics(path: Path) -> Iterator[MetricLine]:
-    """Every non-empty line of a metrics file, in order: the one reader of metrics.jsonl."""
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-                int(row["step"])
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
-                what = "truncated last line" if not raw.endswith(b"\n") else f"unreadable metrics line ({e})"
-                yield MetricLine(lineno, None, what)
-                continue
-            yield MetricLine(lineno, row)
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -33,15 +33,15 @@ from agentrl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoin
 from agentrl.run.collect import collect_step, draw_tasks, step_metrics
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.run.evaluate import EvalResult, evaluate
-from agentrl.serve.agent_runner import agent_metrics
+from agentrl.rollout.agent_runner import agent_metrics
 from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
 from agentrl.run.optim import build_optimizer
 from agentrl.run.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
 from agentrl.scale import distributed as dist
-from agentrl.scale.checkpoint_dcp import (is_sharded, load_sharded_checkpoint, load_unsharded_into_sharded,
+from agentrl.run.checkpoint_dcp import (is_sharded, load_sharded_checkpoint, load_unsharded_into_sharded,
                                           save_sharded_checkpoint)
 from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
-from agentrl.scale.rank_merge import StepShard, merge_eval_results, merge_step_shards
+from agentrl.run.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
 from agentrl.types import Task, Trajectory, write_jsonl
 

@@ -15,7 +15,7 @@ gradients is the full-batch gradient whatever the number of ranks.
 
 Example (a single CPU process: nothing to shard, LoRA on)::
 
-    from agentrl.run.config import LoRAConfig, ParallelConfig
+    from agentrl.scale.config import LoRAConfig, ParallelConfig
     plan = resolve_plan(ParallelConfig(), LoRAConfig(enabled=True, r=4), world_size=1, device="cpu")
     assert not plan.fsdp and plan.lora and plan.mixed_precision == "fp32"
     policy = prepare_policy(model, plan, LoRAConfig(enabled=True, r=4), device="cpu")
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agentrl.run.config import ConfigError, LoRAConfig, ParallelConfig
+from agentrl.scale.config import LoRAConfig, ParallelConfig
+from agentrl.types import ConfigError
 
 LORA_HINT = "LoRA needs peft: pip install 'agentrl[lora]' (or pip install 'peft>=0.12' torch==<your torch version>)"
 

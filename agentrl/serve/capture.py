@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from agentrl.chat import ChatTemplate
 from agentrl.engines.base import Generation
-from agentrl.sequence import TokenSequence
+from agentrl.types import TokenSequence
 from agentrl.types import Message, ToolCall, ToolCallRecord, Trajectory
 
 

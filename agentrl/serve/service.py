@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from agentrl.chat import ChatTemplate, TemplateError
 from agentrl.engines.base import SamplingParams
-from agentrl.rollout import attempt_seed
+from agentrl.engines.base import attempt_seed
 from agentrl.serve.capture import AttemptCapture
 from agentrl.serve.protocol import ChatRequest, Completion, RequestError
 from agentrl.types import Message

@@ -2,9 +2,9 @@
 
 Only installed by ``bootstrap.prepare`` when the real package is missing (the GPU machine's
 preinstalled list does not have it, and ``agentrl.toolbox`` imports it at module level). It
-covers the keywords that ``agentrl.tool_schema`` generates for ``@tool`` functions: ``type``,
+covers the keywords that ``agentrl.toolbox.schema`` generates for ``@tool`` functions: ``type``,
 ``properties``, ``required``, ``additionalProperties``, ``enum``, ``items``, ``anyOf``; any other
-keyword is accepted without checking. Errors carry the attributes ``agentrl.tool_schema`` reads
+keyword is accepted without checking. Errors carry the attributes ``agentrl.toolbox.schema`` reads
 (``validator``, ``validator_value``, ``schema``, ``instance``, ``absolute_path``, ``message``).
 """
 

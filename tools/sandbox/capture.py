@@ -14,7 +14,7 @@ Example::
 
 from __future__ import annotations
 
-from agentrl.tool_output import cut_note
+from agentrl.toolbox.output import cut_note
 
 # C0 controls (but tab, newline, carriage return) and DEL become U+FFFD: a NUL or an escape
 # sequence in a tool observation only confuses tokenizers and terminal viewers.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, add_json_call
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, add_json_call
 from agentrl.types import ToolCall
 
 

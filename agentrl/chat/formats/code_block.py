@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentrl.formats.base import MidTurn, ParsedTurn, ToolCallFormat, ToolSchemas
+from agentrl.chat.formats.base import MidTurn, ParsedTurn, ToolCallFormat, ToolSchemas
 from agentrl.types import ToolCall
 
 TOOL = "python"  # the tool that runs the blocks, argument ``code``

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
 from agentrl.types import ToolCall
 
 _QUOTE = '<|"|>'

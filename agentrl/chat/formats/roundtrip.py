@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentrl.formats import FORMATS, FormatDetectionError, Renderer, reads_back, render_assistant
+from agentrl.chat.formats import FORMATS, FormatDetectionError, Renderer, reads_back, render_assistant
 from agentrl.types import ToolCall
 
 ROUND_TRIP_TOOLS = [

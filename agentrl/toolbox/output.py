@@ -6,7 +6,7 @@ error or answer), and says how much was cut in between.
 
 Example::
 
-    from agentrl.tool_output import cap_tokens
+    from agentrl.toolbox.output import cap_tokens
 
     text, cut = cap_tokens("x" * 10_000, tokenizer=None, max_tokens=100)   # 4 chars per token
     assert cut and len(text) <= 400 and "characters cut" in text

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.run.checkpoint import TrainState, _fsync_dir, checkpoint_dir, publish_checkpoint
+from agentrl.run.checkpoint import TrainState, fsync_dir, checkpoint_dir, publish_checkpoint
 from agentrl.scale.distributed import barrier, gather_to_main, get_rank, get_world_size, is_initialized
 from agentrl.scale.weight_sync import export_weights
 
@@ -114,7 +114,7 @@ def save_sharded_checkpoint(run_dir: Path, state: TrainState, model, tokenizer, 
                     "lora": lora}, tmp / "state.pt")
         (tmp / "config.yaml").write_text(config_yaml)
         for d in (tmp / "dcp", tmp / "model"):
-            _fsync_dir(d)
+            fsync_dir(d)
         publish_checkpoint(run_dir, tmp, final, keep)
     barrier()
     return final

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from agentrl.formats import FORMATS, FormatDetectionError, Renderer, detect_format, get_format
-from agentrl.formats.base import ParsedTurn, ToolSchemas
-from agentrl.formats.hermes import parse_hermes  # noqa: F401  (re-exported: agentrl.chat.parse_hermes)
-from agentrl.formats.llama3_json import parse_llama3_json  # noqa: F401  (re-exported)
+from agentrl.chat.formats import FORMATS, FormatDetectionError, Renderer, detect_format, get_format
+from agentrl.chat.formats.base import ParsedTurn, ToolSchemas
+from agentrl.chat.formats.hermes import parse_hermes  # noqa: F401  (re-exported: agentrl.chat.parse_hermes)
+from agentrl.chat.formats.llama3_json import parse_llama3_json  # noqa: F401  (re-exported)
 from agentrl.types import Message
 
-TOOL_CALL_FORMATS = tuple(FORMATS)  # agentrl/formats: hermes, llama3_json, qwen_xml, glm4, harmony...
+TOOL_CALL_FORMATS = tuple(FORMATS)  # agentrl/chat/formats: hermes, llama3_json, qwen_xml, glm4, harmony...
 _PLACEHOLDER = "AgentrlPh{}Z"  # survives tojson, trim and string concatenation unchanged
 _PLACEHOLDER_RE = re.compile(r"AgentrlPh(\d+)Z")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -201,7 +201,7 @@ def template_renderer(tokenizer: Any, source: str, **template_kwargs: Any) -> Re
 
 def detect_tool_call_format(source: str, tokenizer: Any, **template_kwargs: Any) -> str:
     """The tool-call format the template writes, found by rendering a known call and reading it
-    back with every registered format (agentrl/formats); raises TemplateError, naming the
+    back with every registered format (agentrl/chat/formats); raises TemplateError, naming the
     candidates and the ``tool_call_format=`` fix, unless exactly one format reads it.
 
     >>> from transformers import AutoTokenizer

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, json_arguments
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, json_arguments
 from agentrl.types import ToolCall
 
 _BEGIN, _SEP, _END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"

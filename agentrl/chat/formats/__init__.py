@@ -8,7 +8,7 @@ reads that exact call back; it raises unless exactly one does. Nothing looks at 
 template's source text: a template that mentions ``<tool_call>`` in its system prompt but
 writes calls as XML is read by what it writes.
 
->>> from agentrl.formats import FORMATS, detect_format
+>>> from agentrl.chat.formats import FORMATS, detect_format
 >>> sorted(FORMATS)[:3]
 ['atem_xml', 'code_block', 'deepseek_v3']
 >>> from jinja2 import Template
@@ -26,9 +26,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agentrl.formats import (atem_xml, code_block, deepseek_v3, gemma4, glm4, harmony, hermes, llama3_json, mistral,
+from agentrl.chat.formats import (atem_xml, code_block, deepseek_v3, gemma4, glm4, harmony, hermes, llama3_json, mistral,
                              pythonic, qwen_xml)
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
 from agentrl.types import Message, ToolCall
 
 FORMATS: dict[str, ToolCallFormat] = {m.FORMAT.name: m.FORMAT for m in (

@@ -21,7 +21,7 @@ models write both). Everything else is strict: ``"3"`` is not an integer, ``true
 
 Example::
 
-    from agentrl.tool_schema import function_schema
+    from agentrl.toolbox.schema import function_schema
 
     def add(a: int, b: int = 2) -> int:
         '''Add two integers.

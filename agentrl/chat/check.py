@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.chat import TemplateError, content_forms, prefix_diff, resolve_template_source, template_renderer
-from agentrl.formats import FormatDetectionError, chat_messages, detect_format
-from agentrl.formats.roundtrip import RoundTrip, round_trip_all
+from agentrl.chat.template import TemplateError, content_forms, prefix_diff, resolve_template_source, template_renderer
+from agentrl.chat.formats import FormatDetectionError, chat_messages, detect_format
+from agentrl.chat.formats.roundtrip import RoundTrip, round_trip_all
 from agentrl.types import Message, ToolCall
 
 _TOOLS = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, add_json_call, json_arguments
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, add_json_call, json_arguments
 from agentrl.types import ToolCall
 
 _TAG = "[TOOL_CALLS]"

@@ -1,36 +1,22 @@
-"""Tools: plain Python functions the agent can call, and the ToolBox that runs them safely.
+"""A tool: a plain Python function plus what the model is told about it.
 
 ``@tool`` turns a function (sync or async) into a :class:`Tool`: the name comes from the
 function, the description and per-argument descriptions from its Google-style docstring, the
-JSON schema from its type hints (mapping in :mod:`agentrl.tool_schema`). A parameter annotated
-:class:`ToolContext` receives the per-trajectory context and is hidden from the schema.
+JSON schema from its type hints (mapping in :mod:`agentrl.toolbox.schema`). A parameter
+annotated :class:`ToolContext` receives the per-trajectory context and is hidden from the
+schema. :class:`agentrl.toolbox.box.ToolBox` runs tools for a rollout.
 
-:meth:`ToolBox.execute` never raises: an unknown tool, bad arguments, an exception inside the
-tool, a timeout or an oversized result all come back as a short observation for the model plus
-an error kind in :class:`ToolResult`. Timeouts come from the tool (``@tool(timeout=...)``) or
-the ToolBox default, never from the model's arguments.
-
-Example::
-
-    import asyncio
-    from agentrl.toolbox import ToolBox, tool
-
-    @tool
-    def add(a: int, b: int) -> int:
-        '''Add two integers.
-
-        Args:
-            a: first term
-            b: second term
-        '''
-        return a + b
-
-    box = ToolBox([add])
-    ctx = box.new_context("traj-0")
-    assert asyncio.run(box.execute("add", {"a": 1, "b": 2}, ctx)).content == "3"
-    r = asyncio.run(box.execute("mul", {}, ctx))
-    assert r.error == "unknown_tool" and r.content == "Error: unknown tool 'mul'. Available tools: add."
-    assert add(a=1, b=2) == 3   # still callable as the function
+    >>> @tool
+    ... def add(a: int, b: int) -> int:
+    ...     '''Add two integers.
+    ...
+    ...     Args:
+    ...         a: first term
+    ...         b: second term
+    ...     '''
+    ...     return a + b
+    >>> add.schema()["function"]["parameters"]["required"], add(a=1, b=2)
+    (['a', 'b'], 3)
 """
 
 from __future__ import annotations
@@ -38,8 +24,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import json
-import logging
 import time
 import types
 import typing
@@ -48,18 +32,11 @@ from typing import Any, Awaitable, Callable
 
 from jsonschema import Draft202012Validator
 
-from agentrl.tool_output import cap_tokens, to_text
-from agentrl.tool_threads import ToolTimeout, call_in_worker
-from agentrl.tool_schema import argument_errors, coerce_integers, function_schema, quick_check, signature_hint
-
-__all__ = ["tool", "Tool", "ToolBox", "ToolContext", "ToolResult", "cap_tokens"]
-
-log = logging.getLogger(__name__)
-
-_MAX_ERROR_CHARS = 500
+from agentrl.toolbox.output import to_text
+from agentrl.toolbox.schema import argument_errors, function_schema, quick_check, signature_hint
+from agentrl.toolbox.threads import ToolTimeout, call_in_worker
 
 
-@dataclass
 class ToolContext:
     """Per-trajectory context injected into tools that declare a parameter annotated
     ``ToolContext``. Not part of the schema the model sees.
@@ -178,12 +155,12 @@ class Tool:
         hand-off itself, per call (issue 16, benchmarks/search.py).
         """
         if self.is_async:
-            return await _with_timeout(self.invoke(arguments, context), timeout)
+            return await await_with_limit(self.invoke(arguments, context), timeout)
         start = time.monotonic()
         value = await call_in_worker(self.fn, self._kwargs(arguments, context), timeout)
         if inspect.isawaitable(value):  # a sync function that hands back a coroutine
             left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-            value = await _with_timeout(_settle(value), left)
+            value = await await_with_limit(_settle(value), left)
         return to_text(value)
 
     def _kwargs(self, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
@@ -218,111 +195,6 @@ def tool(
     return wrap(fn) if fn is not None else wrap
 
 
-class ToolBox:
-    """The tools of an environment and the policy for running them.
-
-    Sync tools run in a daemon thread of their own, so a slow one never blocks the event loop;
-    on timeout it is abandoned (Python cannot kill a thread) while async tools are cancelled.
-    Idle threads are reused, but never one whose call hangs (:mod:`agentrl.tool_threads`): a
-    few hung tools cannot fill a pool and make every later call time out while queued.
-    """
-
-    def __init__(
-        self,
-        tools: list[Tool],
-        tokenizer: Any = None,
-        default_timeout: float | None = 30.0,
-        max_output_tokens: int = 1024,
-    ) -> None:
-        self.tools: dict[str, Tool] = {}
-        for t in tools:
-            t = t if isinstance(t, Tool) else Tool(t)
-            if t.timeout is None and default_timeout is not None:
-                t = t.with_timeout(default_timeout)  # one limit per tool, fixed before the first call
-            if t.name in self.tools:
-                raise ValueError(f"two tools are named {t.name!r}; rename one with @tool(name='...')")
-            self.tools[t.name] = t
-        self.tokenizer = tokenizer
-        self.default_timeout = default_timeout
-        self.max_output_tokens = max_output_tokens
-
-    def schemas(self) -> list[dict[str, Any]]:
-        """The schema of every tool, in order, for the chat template's ``tools=`` argument."""
-        return [t.schema() for t in self.tools.values()]
-
-    def new_context(self, trajectory_id: str) -> ToolContext:
-        """A fresh context for one trajectory; pass it to every ``execute`` of that trajectory."""
-        return ToolContext(trajectory_id=trajectory_id)
-
-    async def execute(self, name: str, arguments: dict[str, Any] | str, context: ToolContext) -> ToolResult:
-        """Run one call and describe the outcome to the model. Never raises (except when the
-        caller cancels it). ``arguments`` may also be the raw JSON text of the call."""
-        start = time.perf_counter()
-
-        def done(content: str, error: str | None, max_tokens: int | None = None) -> ToolResult:
-            text, cut = cap_tokens(content, self.tokenizer, max_tokens or self.max_output_tokens)
-            return ToolResult(content=text, error=error, latency_s=time.perf_counter() - start, truncated=cut)
-
-        t = self.tools.get(name) if isinstance(name, str) else None
-        if t is None:
-            available = ", ".join(self.tools) or "none"
-            return done(f"Error: unknown tool {_quote(name)}. Available tools: {available}.", "unknown_tool")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as exc:
-                return done(f"Error: arguments for tool '{t.name}' are not valid JSON ({exc}).", "parse_error")
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            return done(f"Error: arguments for tool '{t.name}' must be a JSON object. {_expected(t)}", "invalid_arguments")
-        problems = t.argument_errors(arguments)
-        if problems:
-            return done(f"Error: invalid arguments for tool '{t.name}': {'; '.join(problems[:5])}. {_expected(t)}",
-                        "invalid_arguments")
-        timeout = None if t.timeout is None else t.timeout + t.backstop_slack
-        try:
-            content = await t.run(coerce_integers(arguments, t.parameters), context, timeout)
-        except ToolTimeout:
-            return done(f"Error: tool '{t.name}' timed out after {timeout:g}s.", "timeout")
-        except Exception as exc:  # the tool's own bug or bad input: the model reads it, the rollout goes on
-            log.debug("tool %s raised", t.name, exc_info=True)
-            return done(f"Error: tool '{t.name}' raised {_last_line(exc)}", "exception")
-        return done(content, None, t.max_output_tokens)
-
-    async def close(self, context: ToolContext) -> None:
-        """Run the context's cleanups, last registered first; failures are logged, never raised.
-        Each cleanup gets the ToolBox default timeout. Safe to call twice."""
-        cleanups, context._cleanups = context._cleanups[::-1], []
-        for fn in cleanups:
-            try:
-                await _with_timeout(_call_cleanup(fn), self.default_timeout)
-            except Exception:
-                log.warning("cleanup %r of trajectory %s failed", fn, context.trajectory_id, exc_info=True)
-
-
-async def _call_cleanup(fn: Callable[[], object]) -> None:
-    value = await fn() if inspect.iscoroutinefunction(fn) else await call_in_worker(fn, {}, None)
-    if inspect.isawaitable(value):
-        await value
-
-
-async def _settle(awaitable: Awaitable[Any]) -> Any:
-    """Await a tool's result, and the awaitable it may hand back in turn."""
-    try:
-        value = await awaitable
-        if inspect.isawaitable(value):
-            value = await value
-    except SystemExit as exc:
-        # Inside a task SystemExit would escape to the event loop and stop every rollout.
-        raise RuntimeError(f"tool called exit({exc.code})") from exc
-    return value
-
-
-def _expected(t: Tool) -> str:
-    return f"Expected: {signature_hint(t.name, t.parameters)}."
-
-
 def _context_parameter(fn: Callable[..., Any]) -> str | None:
     """Name of the parameter annotated ``ToolContext`` (or ``ToolContext | None``), if any."""
     try:
@@ -339,7 +211,19 @@ def _context_parameter(fn: Callable[..., Any]) -> str | None:
 _UNIONS: tuple[object, ...] = (typing.Union, getattr(types, "UnionType", typing.Union))
 
 
-async def _with_timeout(awaitable: Awaitable[Any], timeout: float | None) -> Any:
+async def _settle(awaitable: Awaitable[Any]) -> Any:
+    """Await a tool's result, and the awaitable it may hand back in turn."""
+    try:
+        value = await awaitable
+        if inspect.isawaitable(value):
+            value = await value
+    except SystemExit as exc:
+        # Inside a task SystemExit would escape to the event loop and stop every rollout.
+        raise RuntimeError(f"tool called exit({exc.code})") from exc
+    return value
+
+
+async def await_with_limit(awaitable: Awaitable[Any], timeout: float | None) -> Any:
     """Await with a limit. Unlike ``asyncio.wait_for`` this does not wait for a cancelled tool
     to acknowledge cancellation, so a tool that swallows CancelledError cannot hang the caller."""
     task = asyncio.ensure_future(awaitable)
@@ -358,15 +242,3 @@ async def _with_timeout(awaitable: Awaitable[Any], timeout: float | None) -> Any
 def _drop_result(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # retrieve it so asyncio does not log "exception was never retrieved"
-
-
-def _last_line(exc: BaseException) -> str:
-    """``ZeroDivisionError: division by zero``: the last traceback line, cut to a sane length."""
-    message = str(exc).strip()
-    line = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return line if len(line) <= _MAX_ERROR_CHARS else line[: _MAX_ERROR_CHARS - 3] + "..."
-
-
-def _quote(name: object) -> str:
-    text = name if isinstance(name, str) else repr(name)
-    return "'" + (text if len(text) <= 100 else text[:97] + "...") + "'"

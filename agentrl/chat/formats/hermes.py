@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, add_json_call
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, add_json_call
 from agentrl.types import ToolCall
 
 _HERMES_RE = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)\Z", re.DOTALL)

@@ -42,67 +42,15 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
 import time
 from dataclasses import dataclass, field
 
 from agentrl.chat import ChatTemplate, Segment, encode_literal
-from agentrl.engines.base import Engine, Generation, SamplingParams
-from agentrl.sequence import TokenSequence
+from agentrl.engines.base import Engine, Generation, SamplingParams, attempt_seed
+from agentrl.rollout.base import DEFAULT_ANSWER_PATTERN, RolloutBatch, RolloutConfig, RolloutStats
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult
-from agentrl.types import Message, Task, ToolCall, ToolCallRecord, Trajectory
-
-
-DEFAULT_ANSWER_PATTERN = r"<answer>.*?</answer>"
-
-
-@dataclass
-class RolloutConfig:
-    """Budgets and sampling of a multi-turn rollout."""
-
-    max_turns: int = 4  # model turns per attempt
-    max_new_tokens: int = 256  # per model turn
-    max_total_tokens: int = 2048  # whole sequence, prompt included
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop_strings: list[str] = field(default_factory=list)
-    # A turn with no tool call that does not match this counts as "void" (SimpleTIR);
-    # None: the environment's ``answer_pattern`` when it has one, else <answer>...</answer>.
-    answer_pattern: str | None = None
-    # "auto": per attempt when the engine serves requests one by one, else lock-step.
-    loop: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.loop not in LOOPS:
-            raise ValueError(f"rollout.loop={self.loop!r}: choose one of {', '.join(LOOPS)}")
-
-
-LOOPS = ("auto", "attempt", "lockstep")
-
-
-def attempt_seed(seed: int, group_id: str, sample_index: int, turn: int) -> int:
-    """The seed of one attempt-turn's random stream: a hash of (run seed, group, sample,
-    turn), so its tokens do not depend on the other attempts of the batch.
-
-    >>> attempt_seed(0, "t0", 1, 2) == attempt_seed(0, "t0", 1, 2) != attempt_seed(0, "t0", 2, 2)
-    True
-    """
-    digest = hashlib.blake2b(f"{seed}/{group_id}/{sample_index}/{turn}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1  # torch seeds are < 2**63
-
-
-@dataclass
-class RolloutStats:
-    """Where the time of one batch went. In the per-attempt loop generation and tools
-    overlap: ``generate_s + tools_s`` may exceed ``total_s``."""
-
-    generate_s: float = 0.0  # lock-step: inside engine.generate; per attempt: the engine's compute
-    tools_s: float = 0.0  # wall time during which at least one tool call was running
-    total_s: float = 0.0
-    sampled_tokens: int = 0
-    turns: int = 0  # lock-step: batched generation calls; per attempt: generation requests
-    loop: str = "lockstep"  # which loop ran
+from agentrl.types import Message, Task, TokenSequence, ToolCall, ToolCallRecord, Trajectory
 
 
 class _ToolClock:
@@ -121,12 +69,6 @@ class _ToolClock:
             self._running -= 1
             if self._running == 0:
                 self.seconds += time.perf_counter() - self._since
-
-
-@dataclass
-class RolloutBatch:
-    trajectories: list[Trajectory]  # task-major: the G attempts of a task are adjacent
-    stats: RolloutStats
 
 
 @dataclass
@@ -165,6 +107,9 @@ class RolloutRunner:
             raise ValueError(f"tool_call_format={chat.tool_call_format!r} runs the model's code blocks in a tool "
                              f"named {self._mid.tool!r}, and the toolbox has {sorted(toolbox.tools) or 'none'}: "
                              f"add the python tool (agentrl.tools.python_tool())")
+
+    def close(self) -> None:
+        """Nothing to release: the engine and the tools belong to whoever built them."""
 
     def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
             seed: int | None = None, group_prefix: str = "") -> RolloutBatch:

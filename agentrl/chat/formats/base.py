@@ -31,7 +31,7 @@ class MidTurn:
     rollout pauses generation on ``stop_strings``, asks ``at_stop(turn_text)`` what the turn
     so far calls for (an object with ``call``, ``fabricated``, ``written``), runs ``call`` in
     the tool named ``tool``, appends ``observation(stop, output)`` as tool tokens and lets the
-    same turn continue. See :mod:`agentrl.formats.code_block`."""
+    same turn continue. See :mod:`agentrl.chat.formats.code_block`."""
 
     tool: str
     stop_strings: tuple[str, ...]

@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Any
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
 from agentrl.types import ToolCall
 
 _BLOCK_RE = re.compile(r"<\|tool_call_start\|>(.*?)<\|tool_call_end\|>|<\|tool_call_start\|>(.*)\Z", re.DOTALL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, json_arguments
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, json_arguments
 from agentrl.types import ToolCall
 
 # One message: optional <|start|>assistant, a header without <|message|>, then the body.

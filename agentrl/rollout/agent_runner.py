@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from agentrl.chat import ChatTemplate
-from agentrl.rollout import RolloutBatch, RolloutConfig, RolloutStats
+from agentrl.rollout.base import RolloutBatch, RolloutConfig, RolloutStats
 from agentrl.serve.protocol import parse_messages, RequestError
 from agentrl.serve.server import EndpointServer
 from agentrl.serve.service import AttemptBudget, ChatService

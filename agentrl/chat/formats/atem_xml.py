@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from agentrl.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, parameter_schemas, typed_value
+from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas, parameter_schemas, typed_value
 from agentrl.types import ToolCall
 
 _BLOCK_RE = re.compile(r"<atem:function_calls>(.*?)(?:</atem:function_calls>|\Z)", re.DOTALL)

@@ -1,0 +1,89 @@
+"""What every rollout runner shares: its budgets, what it returns, and the ``Runner`` protocol.
+
+Two runners implement :class:`Runner`: :class:`agentrl.rollout.runner.RolloutRunner` (the
+model's turns parsed by agentrl, tools run from a ``ToolBox``) and
+:class:`agentrl.rollout.agent_runner.AgentRunner` (user code written against the OpenAI API
+drives the attempt). The trainer, the evaluator and the rollout thread hold a ``Runner`` and
+never ask which one it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from agentrl.types import Task, Trajectory
+
+if TYPE_CHECKING:
+    from agentrl.chat import ChatTemplate
+    from agentrl.engines.base import Engine
+    from agentrl.toolbox import ToolBox
+
+
+DEFAULT_ANSWER_PATTERN = r"<answer>.*?</answer>"
+
+
+@dataclass
+class RolloutConfig:
+    """Budgets and sampling of a multi-turn rollout."""
+
+    max_turns: int = 4  # model turns per attempt
+    max_new_tokens: int = 256  # per model turn
+    max_total_tokens: int = 2048  # whole sequence, prompt included
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_strings: list[str] = field(default_factory=list)
+    # A turn with no tool call that does not match this counts as "void" (SimpleTIR);
+    # None: the environment's ``answer_pattern`` when it has one, else <answer>...</answer>.
+    answer_pattern: str | None = None
+    # "auto": per attempt when the engine serves requests one by one, else lock-step.
+    loop: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.loop not in LOOPS:
+            raise ValueError(f"rollout.loop={self.loop!r}: choose one of {', '.join(LOOPS)}")
+
+
+LOOPS = ("auto", "attempt", "lockstep")
+
+
+@dataclass
+class RolloutStats:
+    """Where the time of one batch went. In the per-attempt loop generation and tools
+    overlap: ``generate_s + tools_s`` may exceed ``total_s``."""
+
+    generate_s: float = 0.0  # lock-step: inside engine.generate; per attempt: the engine's compute
+    tools_s: float = 0.0  # wall time during which at least one tool call was running
+    total_s: float = 0.0
+    sampled_tokens: int = 0
+    turns: int = 0  # lock-step: batched generation calls; per attempt: generation requests
+    loop: str = "lockstep"  # which loop ran
+
+
+@dataclass
+class RolloutBatch:
+    trajectories: list[Trajectory]  # task-major: the G attempts of a task are adjacent
+    stats: RolloutStats
+
+
+class Runner(Protocol):
+    """Tasks x G attempts -> a :class:`RolloutBatch` of masked trajectories, task-major."""
+
+    engine: "Engine"
+    chat: "ChatTemplate"
+    toolbox: "ToolBox"  # the environment's tools (an OpenAI-API agent brings its own)
+    config: RolloutConfig
+
+    def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
+            seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
+        """Sample ``num_samples`` attempts of every task."""
+        ...
+
+    async def arun(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
+                   seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
+        """:meth:`run` inside a running event loop."""
+        ...
+
+    def close(self) -> None:
+        """Release what the runner holds (an endpoint's server thread); idempotent."""
+        ...
