@@ -19,28 +19,30 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from agentrl.algo.grpo import group_advantages, policy_loss
     from agentrl.algo.objective import Objective
-    from agentrl.chat import ChatTemplate
+    from agentrl.chat.template import ChatTemplate
     from agentrl.engines.base import SamplingParams
     from agentrl.engines.hf import HFEngine
     from agentrl.env import Environment, Score, final_answer
     from agentrl.models.tiny import build_tiny_model, ensure_tiny_model
-    from agentrl.rollout import RolloutConfig, RolloutRunner
+    from agentrl.rollout.base import RolloutConfig
+    from agentrl.rollout.runner import RolloutRunner
     from agentrl.run.config import Config, load_config
     from agentrl.run.trainer import Trainer, train
     from agentrl.chat.check import check_prefix_preservation
-    from agentrl.toolbox import Tool, ToolBox, ToolContext, ToolResult, tool
+    from agentrl.toolbox.box import ToolBox
+    from agentrl.toolbox.tool import Tool, ToolContext, ToolResult, tool
     from agentrl.types import Message, Span, Task, ToolCall, Trajectory, read_jsonl, write_jsonl
 
 # name -> the module that defines it
 _EXPORTS: dict[str, str] = {
     # tools
-    "tool": "agentrl.toolbox", "Tool": "agentrl.toolbox", "ToolBox": "agentrl.toolbox",
-    "ToolContext": "agentrl.toolbox", "ToolResult": "agentrl.toolbox",
+    "tool": "agentrl.toolbox.tool", "Tool": "agentrl.toolbox.tool", "ToolBox": "agentrl.toolbox.box",
+    "ToolContext": "agentrl.toolbox.tool", "ToolResult": "agentrl.toolbox.tool",
     # chat templates
-    "ChatTemplate": "agentrl.chat", "check_prefix_preservation": "agentrl.chat.check",
+    "ChatTemplate": "agentrl.chat.template", "check_prefix_preservation": "agentrl.chat.check",
     # engines and rollout
     "HFEngine": "agentrl.engines.hf", "SamplingParams": "agentrl.engines.base",
-    "RolloutRunner": "agentrl.rollout", "RolloutConfig": "agentrl.rollout",
+    "RolloutRunner": "agentrl.rollout.runner", "RolloutConfig": "agentrl.rollout.base",
     # data
     "Task": "agentrl.types", "Message": "agentrl.types", "ToolCall": "agentrl.types",
     "Trajectory": "agentrl.types", "Span": "agentrl.types",

@@ -273,7 +273,7 @@ def test_close_runs_cleanups_lifo_and_swallows_errors(caplog: pytest.LogCaptureF
     assert ran == ["async", "failing", "first"]
 
 
-@pytest.mark.parametrize("module", ["agentrl.toolbox", "agentrl.toolbox.schema", "agentrl.toolbox.output"])
+@pytest.mark.parametrize("module", ["agentrl.toolbox.box", "agentrl.toolbox.schema", "agentrl.toolbox.output"])
 def test_documented_examples_run(module: str) -> None:
     import doctest
     import importlib
