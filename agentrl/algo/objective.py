@@ -1,7 +1,8 @@
 """The objective a run optimizes, as one object: resolved once from the config, it computes
 the advantages, picks the attempts that enter the loss, computes the loss, and prints itself.
 
-Every GRPO variant is a field here: adding one is a field, a branch in the math
+Its settings are the ``algo:`` config section itself (:class:`agentrl.algo.settings.AlgoConfig`,
+which it extends), so a GRPO variant is one field there, a branch in the math
 (:mod:`agentrl.algo.grpo`) and a line in :meth:`Objective.describe`. The printed block comes
 from the same object that computes the loss, so the two cannot drift apart.
 
@@ -18,6 +19,7 @@ Example (the defaults: GRPO with population std, ε = 0.2, seq-mean-token-mean, 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -25,58 +27,35 @@ from torch import Tensor
 
 from agentrl.algo.filters import FilterResult, filter_attempts
 from agentrl.algo.grpo import GroupAdvantages, PolicyLossOutput, group_advantages, policy_loss, truncated_is_weights
+from agentrl.algo.settings import AlgoConfig
 
 
 @dataclass(frozen=True)
-class Objective:
+class Objective(AlgoConfig):
     """The resolved GRPO objective (defaults: docs/design.md, "The objective").
 
-    Build it with :meth:`from_config`; every default that depends on another setting
-    (``norm_len`` = the rollout's token budget) is resolved there, once.
+    Every ``algo:`` setting is inherited from :class:`AlgoConfig`; only what a run resolves
+    from other sections is declared here. Build it with :meth:`from_config`, which resolves
+    those once; ``Objective(kl_coef=0.05)`` and the like are for tests and benchmarks.
     """
 
-    # advantage: A_i = (r_i - mean(r)) / std(r), or r_i - mean(r) with scale "none" (Dr. GRPO)
-    std: str = "population"
-    scale: str = "std"
-    std_floor: float = 1e-6
-    # clipped surrogate (clip-higher when eps_high > eps_low; dual clip for A < 0)
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    dual_clip: float | None = None
-    # aggregation over tokens and attempts; norm_len is Dr. GRPO's constant normalizer
-    agg: str = "seq-mean-token-mean"
+    # algo.norm_len resolved: the rollout's token budget when the config leaves it None
     norm_len: int = 2048
-    # KL to the frozen reference (β = 0: no reference model is loaded)
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    # truncated importance weight min(π_old/μ, C) against the sampler μ ("none": off)
-    is_level: str = "none"
-    is_cap: float = 2.0
-    # which attempts enter the loss
-    drop_zero_variance: bool = False
-    refill_batch: bool = False
-    mask_truncated: bool = False
-    drop_void_turns: bool = False
-    # the sampling temperature, which the trainer's log-probs must use too
+    # the sampling temperature (rollout.temperature), which the trainer's log-probs must use too
     temperature: float = 1.0
     # the printed "sampling" line: G, prompts/step, T, iterations, learning rate
     sampling: str = ""
 
     @classmethod
     def from_config(cls, cfg) -> "Objective":  # cfg: agentrl.run.config.Config
-        """The objective of a run config, every default resolved."""
+        """The objective of a run config: every ``algo`` field as set, the rest resolved here."""
         a = cfg.algo
         sampling = (f"G={a.num_samples}, prompts/step={cfg.train.prompts_per_step}, T={cfg.rollout.temperature}, "
                     f"iterations/step={cfg.train.num_iterations}, lr={cfg.optim.lr} "
                     f"(warmup {cfg.optim.warmup_steps}, {cfg.optim.schedule})")
-        return cls(
-            std=a.std, scale=a.scale, std_floor=a.std_floor, eps_low=a.eps_low, eps_high=a.eps_high,
-            dual_clip=a.dual_clip, agg=a.agg, norm_len=a.norm_len or cfg.rollout.max_total_tokens,
-            kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, is_level=a.is_level, is_cap=a.is_cap,
-            drop_zero_variance=a.drop_zero_variance, refill_batch=a.refill_batch,
-            mask_truncated=a.mask_truncated, drop_void_turns=a.drop_void_turns,
-            temperature=cfg.rollout.temperature, sampling=sampling,
-        )
+        settings = {f.name: getattr(a, f.name) for f in dataclasses.fields(AlgoConfig)}
+        return cls(**{**settings, "norm_len": a.norm_len or cfg.rollout.max_total_tokens},
+                   temperature=cfg.rollout.temperature, sampling=sampling)
 
     @property
     def uses_reference(self) -> bool:

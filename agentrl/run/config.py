@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
+from agentrl.algo.settings import AlgoConfig  # the algo section, defined once with Objective
 from agentrl.rollout.agent_runner import AgentSettings
 from agentrl.rollout.base import RolloutConfig
 from agentrl.scale.config import LoRAConfig, ParallelConfig  # noqa: F401  (sections of Config)
@@ -69,32 +70,6 @@ class ToolsConfig:
     # python tool, fresh mode: fork each call from a warm server in the sandbox (as root), or
     # false for one interpreter per call
     fork_server: bool = True
-
-
-@dataclass
-class AlgoConfig:
-    """The GRPO objective; the defaults are the ones in docs/design.md ("The objective")."""
-
-    num_samples: int = 8  # G attempts per prompt
-    std: Literal["population", "sample"] = "population"
-    scale: Literal["std", "none"] = "std"  # "none" = Dr. GRPO
-    std_floor: float = 1e-6
-    eps_low: float = 0.2
-    eps_high: float = 0.2  # DAPO clip-higher: 0.28
-    dual_clip: float | None = None  # e.g. 3.0
-    agg: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
-    norm_len: int | None = None  # Dr. GRPO normalizer; None = rollout.max_total_tokens
-    kl_coef: float = 0.0  # β; 0 loads no reference model
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    is_level: Literal["none", "token", "sequence"] = "none"  # truncated IS against the sampler μ
-    is_cap: float = 2.0  # C in min(π_old/μ, C)
-    drop_zero_variance: bool = False  # DAPO dynamic sampling
-    refill_batch: bool = False  # keep sampling prompts until the batch has enough signal groups
-    max_refills: int = 4
-    # attempts with finish_reason "length" (max_new_tokens or max_total_tokens hit) or
-    # "max_turns" (still calling tools at rollout.max_turns) leave the loss (DAPO overlong filtering)
-    mask_truncated: bool = False
-    drop_void_turns: bool = False  # attempts with a void turn leave the loss (SimpleTIR)
 
 
 @dataclass

@@ -1,0 +1,49 @@
+"""The ``algo:`` section of a run config, defined once: the config loader builds it from these
+fields (names, defaults, ``Literal`` choices) and :class:`agentrl.algo.objective.Objective`
+extends it, so the objective a run computes has exactly the settings a user can write.
+
+A new GRPO variant is one field here (with its default and comment), its branch in the math
+(:mod:`agentrl.algo.grpo`) and, where it shows, its words in ``Objective.describe``.
+tests/test_config.py checks that every field reaches the objective and its printed block.
+
+Torch-free on purpose: :mod:`agentrl.run.config` imports it without loading torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """The GRPO objective; the defaults are the ones in docs/design.md ("The objective")."""
+
+    num_samples: int = 8  # G attempts per prompt (the "sampling" line of the printed block)
+    # advantage: A_i = (r_i - mean(r)) / std(r), or r_i - mean(r) with scale "none" (Dr. GRPO);
+    # std "population" divides by G, "sample" by G - 1; a group with std < std_floor gets A = 0
+    std: Literal["population", "sample"] = "population"
+    scale: Literal["std", "none"] = "std"  # "none" = Dr. GRPO
+    std_floor: float = 1e-6
+    # clipped surrogate L_t = -min(ρA, clip(ρ, 1-eps_low, 1+eps_high)A), ρ = π_θ/π_old;
+    # clip-higher when eps_high > eps_low; dual clip for A < 0: L_t = min(L_t, -c·A)
+    eps_low: float = 0.2
+    eps_high: float = 0.2  # DAPO clip-higher: 0.28
+    dual_clip: float | None = None  # c, e.g. 3.0
+    # aggregation over tokens and attempts; norm_len is Dr. GRPO's constant normalizer
+    agg: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
+    norm_len: int | None = None  # Dr. GRPO normalizer; None = rollout.max_total_tokens
+    # KL to the frozen reference: L_t += β·KL_t
+    kl_coef: float = 0.0  # β; 0 loads no reference model
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    # truncated importance weight min(π_old/μ, C) against the sampler μ ("none": off)
+    is_level: Literal["none", "token", "sequence"] = "none"
+    is_cap: float = 2.0  # C in min(π_old/μ, C)
+    # which attempts enter the loss
+    drop_zero_variance: bool = False  # DAPO dynamic sampling
+    refill_batch: bool = False  # keep sampling prompts until the batch has enough signal groups
+    max_refills: int = 4  # the refill loop's bound (agentrl.run.collect); not part of the loss
+    # attempts with finish_reason "length" (max_new_tokens or max_total_tokens hit) or
+    # "max_turns" (still calling tools at rollout.max_turns) leave the loss (DAPO overlong filtering)
+    mask_truncated: bool = False
+    drop_void_turns: bool = False  # attempts with a void turn leave the loss (SimpleTIR)
