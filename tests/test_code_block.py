@@ -17,12 +17,13 @@ from agentrl.engines.hf import HFEngine
 from agentrl.engines.scripted import PerRequestScriptedEngine, ScriptedEngine
 from agentrl.env import final_answer
 from agentrl.chat.formats import detect_format
+from agentrl.chat.formats.base import MidTurn, MidTurnState, ParsedTurn, Pause, ToolCallFormat
 from agentrl.chat.formats.code_block import at_stop, observation
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.rollout import RolloutConfig, RolloutRunner
 from agentrl.toolbox import ToolBox, tool
 from agentrl.tools.python import python_tool
-from agentrl.types import Task
+from agentrl.types import Task, ToolCall
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fixture_paths import QWEN25, TEMPLATES  # noqa: E402
@@ -204,6 +205,59 @@ def test_the_format_needs_the_python_tool(qwen):
 
     with pytest.raises(ValueError, match="python tool"):
         RolloutRunner(ScriptedEngine([[1]]), chat, ToolBox([add]))
+
+
+# -- a new mid-turn format, defined here alone ---------------------------------------------
+
+class CalcTurn(MidTurnState):
+    """A toy format: ``<calc>2+3</calc>`` runs the ``calc`` tool mid-turn and ``=5`` is appended.
+    Its own per-turn state: a turn may run two sums; asking for a third ends the attempt."""
+
+    def decide(self, turn_text: str) -> Pause:
+        expr = turn_text[turn_text.rfind("<calc>") + len("<calc>"):turn_text.rfind("</calc>")]
+        self.runs = getattr(self, "runs", 0) + 1
+        return Pause(None, end_attempt=True) if self.runs > 2 else Pause(ToolCall("calc", {"expr": expr}))
+
+    def observation(self, output: str) -> str:
+        return "=" + output
+
+
+CALC = ToolCallFormat(name="calc", description="<calc>a+b</calc> runs inside the turn",
+                      parse=lambda text, tools=None: ParsedTurn(content=text.strip()),
+                      mid_turn=MidTurn(tool="calc", stop_strings=("</calc>",), state=CalcTurn))
+
+
+@tool
+def calc(expr: str) -> int:
+    """Sum integers.
+
+    Args:
+        expr: integers joined by +
+    """
+    return sum(int(x) for x in expr.split("+"))
+
+
+@pytest.mark.parametrize("loop", ["attempt", "lockstep"])
+def test_a_mid_turn_format_defined_in_one_file_runs_in_the_rollout(loop):
+    tok = AutoTokenizer.from_pretrained(QWEN25)
+    chat = ChatTemplate(tok, template=str(TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"), tool_call_format="code_block")
+    chat.format, chat.tool_call_format = CALC, "calc"  # registering it is one line in agentrl/chat/formats/__init__.py
+    end = chat.stop_token_ids[0]
+    turns = [enc(tok, "Sum <calc>2+3</calc>"), enc(tok, " and <calc>4+4</calc>"), enc(tok, " so <answer>13</answer>") + [end]]
+    box = ToolBox([calc], tokenizer=tok)
+    traj = run(engine_for(loop, turns, tok), chat, box, loop)
+    traj.check()
+    assert [s.kind for s in traj.spans] == ["prompt", "model", "tool", "model", "tool", "model"]
+    assert [tok.decode(traj.token_ids[s.start:s.end]) for s in traj.spans if s.kind == "tool"] == ["=5", "=8"]
+    assert [(r.name, r.arguments, r.result) for r in traj.tool_calls] == [("calc", {"expr": "2+3"}, "5"),
+                                                                          ("calc", {"expr": "4+4"}, "8")]
+    (msg,) = [m for m in traj.messages if m.role == "assistant"]
+    assert msg.content == "Sum <calc>2+3</calc> and <calc>4+4</calc> so <answer>13</answer>"
+    assert [c.arguments for c in msg.tool_calls] == [{"expr": "2+3"}, {"expr": "4+4"}]
+    assert traj.finish_reason == "stop" and traj.void_turns == 0 and final_answer(traj.messages) == "13"
+    # the state is the turn's own: a third sum in the same turn ends the attempt as a void turn
+    third = run(engine_for(loop, [*turns[:2], enc(tok, " <calc>1+1</calc>")], tok), chat, box, loop)
+    assert len(third.tool_calls) == 2 and third.finish_reason == "stop" and third.void_turns == 1
 
 
 # -- sampled on the tiny model -------------------------------------------------------------

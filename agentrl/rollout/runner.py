@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 
 from agentrl.chat import ChatTemplate, Segment, encode_literal
+from agentrl.chat.formats.base import MidTurnState
 from agentrl.engines.base import Engine, Generation, SamplingParams, attempt_seed
 from agentrl.rollout.base import DEFAULT_ANSWER_PATTERN, RolloutBatch, RolloutConfig, RolloutStats
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult
@@ -85,11 +86,9 @@ class _Attempt:
     # calls the current turn asked for; parse errors are observations too
     pending: list[ToolCall | str] = field(default_factory=list)
     sampled_end: str | None = None  # the turn-closing marker the last sampled turn ended with
-    # mid-turn formats (code_block): the assistant turn continues after a pause
-    paused: bool = False  # the last generation paused inside the turn (a block closed)
-    turn_start: int = 0  # index in seq of the current assistant turn's first token
-    mid_stop: object = None  # the format's stop record of the call now running
-    turn_calls: list[ToolCall] = field(default_factory=list)  # calls run inside the current turn
+    # a mid-turn format's state of the turn in progress, set while that turn is paused: the
+    # next generation continues the same assistant turn
+    mid: MidTurnState | None = None
 
 
 class RolloutRunner:
@@ -104,9 +103,9 @@ class RolloutRunner:
         self._answer_re = re.compile(self.config.answer_pattern or DEFAULT_ANSWER_PATTERN, re.DOTALL)
         self._mid = chat.format.mid_turn
         if self._mid is not None and self._mid.tool not in toolbox.tools:
-            raise ValueError(f"tool_call_format={chat.tool_call_format!r} runs the model's code blocks in a tool "
+            raise ValueError(f"tool_call_format={chat.tool_call_format!r} runs the model's mid-turn calls in a tool "
                              f"named {self._mid.tool!r}, and the toolbox has {sorted(toolbox.tools) or 'none'}: "
-                             f"add the python tool (agentrl.tools.python_tool())")
+                             f"add {self._mid.tool_hint or 'it'}")
 
     def close(self) -> None:
         """Nothing to release: the engine and the tools belong to whoever built them."""
@@ -121,7 +120,7 @@ class RolloutRunner:
         cfg = self.config
         stats = RolloutStats()
         t_start = time.perf_counter()
-        # a mid-turn format's code runs from fenced blocks the system prompt teaches: a template's
+        # a mid-turn format's calls follow a convention the system prompt teaches: a template's
         # tool section would describe a call syntax (<tool_call>...) the format never reads
         tools = None if self._mid is not None else self.toolbox.schemas() or None
         attempts: list[_Attempt] = []
@@ -155,8 +154,7 @@ class RolloutRunner:
     @property
     def uses_attempt_loop(self) -> bool:
         """True when this runner runs one coroutine per attempt (see the module docstring)."""
-        caps = getattr(self.engine, "capabilities", None)
-        able = bool(getattr(caps, "per_request_async", False)) and hasattr(self.engine, "agenerate")
+        able = self.engine.capabilities.per_request_async
         if self.config.loop == "attempt" and not able:
             raise ValueError(f"rollout.loop='attempt' needs an engine that serves requests one by one "
                              f"(per_request_async); {type(self.engine).__name__} does not: use loop='auto'")
@@ -174,11 +172,10 @@ class RolloutRunner:
 
     async def _run_attempts(self, attempts: list[_Attempt], tools: list[dict] | None, seed: int | None,
                             group_prefix: str, stats: RolloutStats) -> None:
-        batcher = getattr(self.engine, "batcher_stats", None)
+        batcher = self.engine.batcher_stats
         busy0 = batcher.busy_s if batcher is not None else 0.0
         clock = _ToolClock()
         await asyncio.gather(*(self._attempt(a, tools, seed, group_prefix, clock) for a in attempts))
-        batcher = getattr(self.engine, "batcher_stats", None)
         stats.generate_s = batcher.busy_s - busy0 if batcher is not None else 0.0
         stats.tools_s = clock.seconds
         stats.turns = sum(a.turns for a in attempts)
@@ -240,23 +237,21 @@ class RolloutRunner:
         if len(ids) > budget:  # the row ran past the whole-sequence budget
             ids, lps, finish = ids[:budget], lps[:budget], "length"
         a.turns += 1
-        continuing, a.paused = a.paused, False
-        if not continuing:
-            a.turn_start = len(a.seq)
+        state, a.mid = a.mid, None
+        if state is not None:  # a paused turn goes on: one assistant message per turn, however many pauses
+            a.messages.pop()
+        elif self._mid is not None:  # made before the turn's ids go in: the turn starts here
+            state = self._mid.start(a.seq, self._decode)
         a.seq.append(ids, "model", lps)
         stopped_on_token = bool(ids) and ids[-1] in self.chat.stop_token_ids
-        if continuing:  # one assistant message per turn, however many pauses it had
-            a.messages.pop()
-        else:
-            a.turn_calls = []
-        if self._mid is not None and finish == "stop" and not stopped_on_token and self._paused(a, ids):
+        if state is not None and finish == "stop" and not stopped_on_token and self._paused(a, state, ids):
             return
         body = ids[:-1] if stopped_on_token else ids
-        text = self._model_text(a, len(a.seq) - (1 if stopped_on_token else 0)) if self._mid else \
-            self.tokenizer.decode(body, skip_special_tokens=False)
+        text = state.model_text(len(a.seq) - (1 if stopped_on_token else 0)) if state else self._decode(body)
         # The schemas type the arguments of formats that write them as text (XML forms).
         parsed = self.chat.parse_assistant(text, self.toolbox.schemas() or None)
-        a.messages.append(Message("assistant", parsed.content, tool_calls=[*a.turn_calls, *parsed.tool_calls]))
+        turn_calls = state.calls if state else []
+        a.messages.append(Message("assistant", parsed.content, tool_calls=[*turn_calls, *parsed.tool_calls]))
         a.sampled_end = self.chat.turn_closers.get(ids[-1]) if stopped_on_token else None
         if finish == "length" or not (stopped_on_token or finish == "stop"):
             a.finish_reason = "length"
@@ -267,30 +262,24 @@ class RolloutRunner:
                 a.void_turns += 1
             a.finish_reason = "stop"
 
-    def _model_text(self, a: _Attempt, end: int) -> str:
-        """The model's own text of the current turn up to ``end``: tool spans inside the turn
-        are left out, so a checker never reads an answer the model only saw in an output."""
-        parts = [a.seq.token_ids[max(s.start, a.turn_start):min(s.end, end)]
-                 for s in a.seq.spans if s.kind == "model" and s.end > a.turn_start]
-        return "".join(self.tokenizer.decode(p, skip_special_tokens=False) for p in parts if p)
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def _paused(self, a: _Attempt, ids: list[int]) -> bool:
-        """A mid-turn format's pause: decide whether a block runs, the turn resumes, or an
-        invented output ends the attempt. False when a user's own stop string ended the turn."""
-        mid = self._mid
-        tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=False)
-        if not any(s in tail for s in mid.stop_strings):
+    def _paused(self, a: _Attempt, state: MidTurnState, ids: list[int]) -> bool:
+        """A mid-turn format's stop: the turn pauses (its call, if the format asks for one, runs
+        and the turn resumes) or the format ends the attempt. False when the stop was not the
+        format's (a user's own stop string ended the turn)."""
+        pause = state.pause(ids)
+        if pause is None:
             return False
-        stop = mid.at_stop(self.tokenizer.decode(a.seq.token_ids[a.turn_start:], skip_special_tokens=False))
-        if stop.call is not None:
-            a.turn_calls.append(stop.call)
-        a.messages.append(Message("assistant", self._model_text(a, len(a.seq)).strip(), tool_calls=list(a.turn_calls)))
-        if stop.fabricated:
+        # the message of the turn so far; the turn's next generation replaces it
+        a.messages.append(Message("assistant", state.model_text().strip(), tool_calls=list(state.calls)))
+        if pause.end_attempt:
             a.void_turns += 1
             a.finish_reason = "stop"
             return True
-        a.paused, a.mid_stop = True, stop
-        a.pending = [stop.call] if stop.call is not None else []
+        a.mid = state
+        a.pending = [pause.call] if pause.call is not None else []
         return True
 
     async def _one_call(self, a: _Attempt, call: ToolCall | str, turn: int) -> ToolCallRecord:
@@ -302,8 +291,8 @@ class RolloutRunner:
                               error=res.error, latency_s=res.latency_s, turn=turn)
 
     def _append_observations(self, a: _Attempt, tools: list[dict] | None) -> None:
-        if self._mid is not None and a.paused:
-            return self._append_output(a)
+        if a.mid is not None:
+            return self._append_output(a, a.mid)
         records = a.records[len(a.records) - len(a.pending):]
         new = []
         for call, rec in zip(a.pending, records):
@@ -324,12 +313,12 @@ class RolloutRunner:
         if len(a.seq) >= self.config.max_total_tokens:
             a.finish_reason = "length"
 
-    def _append_output(self, a: _Attempt) -> None:
+    def _append_output(self, a: _Attempt, state: MidTurnState) -> None:
         """The real output of a mid-turn call, as tool tokens inside the assistant turn."""
         if a.pending:
-            text = self._mid.observation(a.mid_stop, a.records[-1].result)
+            text = state.observation(a.records[-1].result)
             a.seq.append(encode_literal(self.tokenizer, text), "tool")  # untrusted: no special tokens
-        a.pending, a.mid_stop = [], None
+        a.pending = []
         if len(a.seq) >= self.config.max_total_tokens:
             a.finish_reason = "length"
 
@@ -345,6 +334,6 @@ class RolloutRunner:
             group_id=f"{group_prefix}{a.task.id}",
             sample_index=a.sample_index,
             finish_reason=a.finish_reason or "stop",
-            policy_version=getattr(self.engine, "policy_version", 0),
+            policy_version=self.engine.policy_version,
             task_id=a.task.id, family=a.task.family, turns=a.turns, void_turns=a.void_turns,
         )

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agentrl.types import ToolCall
+from agentrl.types import TokenSequence, ToolCall
 
 ToolSchemas = list[dict[str, Any]] | None  # OpenAI tool schemas, as passed to chat templates
 
@@ -26,17 +26,91 @@ class ParsedTurn:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """A mid-turn format's decision at one of its stops."""
+
+    call: ToolCall | None = None  # run this now, append its observation, resume the turn; None: just resume
+    end_attempt: bool = False  # the turn cannot go on (the model invented a result): a void turn ends the attempt
+
+
+Decode = Callable[[list[int]], str]  # token ids -> text, special tokens kept
+
+
+class MidTurnState:
+    """One assistant turn of a mid-turn format, owned by the format: the rollout makes one per
+    turn (``MidTurn.start``), asks :meth:`pause` at every stop, and reads the turn's calls and
+    model text for the assistant message. A format subclasses it with :meth:`decide` and
+    :meth:`observation`, and keeps whatever else it needs between pauses on ``self``.
+
+    >>> from agentrl.types import TokenSequence
+    >>> class Shout(MidTurnState):  # "word!" runs the tool ``upper`` on the word
+    ...     def decide(self, turn_text):
+    ...         return Pause(ToolCall("upper", {"text": turn_text.rstrip("!").split()[-1]}))
+    ...     def observation(self, output):
+    ...         return f" [{output}] "
+    >>> fmt = MidTurn(tool="upper", stop_strings=("!",), state=Shout)
+    >>> seq, ids = TokenSequence(), lambda text: [ord(c) for c in text]  # one token per character
+    >>> seq.append(ids("Q:"), "prompt")
+    >>> turn = fmt.start(seq, lambda t: "".join(map(chr, t)))
+    >>> seq.append(ids("say hi!"), "model", [0.0] * 7)
+    >>> turn.pause(ids("say hi!")).call.arguments
+    {'text': 'hi'}
+    >>> seq.append(ids(turn.observation("HI")), "tool")
+    >>> seq.append(ids("done"), "model", [0.0] * 4)
+    >>> turn.model_text(), [c.name for c in turn.calls]
+    ('say hi!done', ['upper'])
+    """
+
+    def __init__(self, mid: MidTurn, seq: TokenSequence, decode: Decode):
+        self.mid, self.seq, self.decode = mid, seq, decode
+        self.start = len(seq)  # made before the turn's first sampled ids are appended
+        self.calls: list[ToolCall] = []  # the calls run inside this turn, for its assistant message
+
+    def pause(self, sampled: list[int]) -> Pause | None:
+        """The decision at a stop that ended ``sampled`` (the ids just generated), its call
+        recorded in ``calls``; None when none of the format's stop strings ended them (a
+        user's stop string did, and the turn ends as usual)."""
+        tail = self.decode(sampled[-16:])  # a stop string ends in the last few tokens
+        if not any(s in tail for s in self.mid.stop_strings):
+            return None
+        decision = self.decide(self.decode(self.seq.token_ids[self.start:]))
+        if decision.call is not None:
+            self.calls.append(decision.call)
+        return decision
+
+    def decide(self, turn_text: str) -> Pause:
+        """What the turn's text so far (model and tool tokens since it began, decoded) calls for."""
+        raise NotImplementedError
+
+    def observation(self, output: str) -> str:
+        """The text appended as tool tokens after the last decision's call returned ``output``."""
+        raise NotImplementedError
+
+    def model_text(self, end: int | None = None) -> str:
+        """The model's own text of the turn up to ``end`` (default: all of it): the observations
+        inside it are left out, so a checker never reads an answer the model only saw printed."""
+        end = len(self.seq) if end is None else end
+        parts = [self.seq.token_ids[max(s.start, self.start):min(s.end, end)]
+                 for s in self.seq.spans if s.kind == "model" and s.end > self.start]
+        return "".join(self.decode(p) for p in parts if p)
+
+
+@dataclass(frozen=True)
 class MidTurn:
     """A format whose calls run inside the assistant turn (tool-integrated reasoning): the
-    rollout pauses generation on ``stop_strings``, asks ``at_stop(turn_text)`` what the turn
-    so far calls for (an object with ``call``, ``fabricated``, ``written``), runs ``call`` in
-    the tool named ``tool``, appends ``observation(stop, output)`` as tool tokens and lets the
-    same turn continue. See :mod:`agentrl.chat.formats.code_block`."""
+    rollout pauses generation on ``stop_strings``, and the turn's ``state`` (a
+    :class:`MidTurnState` subclass, one per turn) decides what each stop calls for; calls run in
+    the tool named ``tool``, their observations go in as tool tokens and the same turn goes on.
+    ``tool_hint`` says where to get that tool. See :mod:`agentrl.chat.formats.code_block`."""
 
     tool: str
     stop_strings: tuple[str, ...]
-    at_stop: Callable[[str], Any]
-    observation: Callable[[Any, str], str]
+    state: type[MidTurnState]
+    tool_hint: str = ""
+
+    def start(self, seq: TokenSequence, decode: Decode) -> MidTurnState:
+        """The state of a turn about to be sampled onto ``seq``."""
+        return self.state(self, seq, decode)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ fenced blocks, never ``<tool_call>``)::
     ```
     <answer>391</answer>
 
-Rules the rollout follows (``agentrl.rollout`` calls :func:`at_stop` and :func:`observation`):
+Rules (:class:`CodeBlockTurn`, the turn state the rollout asks at each pause, applies
+:func:`at_stop` and :func:`observation`):
 
 - Generation pauses on :data:`STOP_STRINGS`: the closing fence of a block (``"\\n```\\n"``) or
   the model opening an ``output`` block itself. The tokens sampled stay as sampled, even
@@ -40,7 +41,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentrl.chat.formats.base import MidTurn, ParsedTurn, ToolCallFormat, ToolSchemas
+from agentrl.chat.formats.base import MidTurn, MidTurnState, ParsedTurn, Pause, ToolCallFormat, ToolSchemas
 from agentrl.types import ToolCall
 
 TOOL = "python"  # the tool that runs the blocks, argument ``code``
@@ -92,6 +93,21 @@ def observation(stop: CodeStop, output: str) -> str:
     return ("" if stop.written.endswith("\n") else "\n") + block.lstrip("\n")
 
 
+class CodeBlockTurn(MidTurnState):
+    """A turn of this format: at a pause, the block to run (or an invented output, which ends
+    the attempt); after the run, its output block. Keeps the pause's :class:`CodeStop`, whose
+    ``written`` the output block completes."""
+
+    stop: CodeStop | None = None
+
+    def decide(self, turn_text: str) -> Pause:
+        self.stop = at_stop(turn_text)
+        return Pause(self.stop.call, end_attempt=self.stop.fabricated)
+
+    def observation(self, output: str) -> str:
+        return observation(self.stop, output)
+
+
 def parse_code_block(text: str, tools: ToolSchemas = None) -> ParsedTurn:
     """A finished turn: its blocks already ran inside it, so it carries no calls."""
     return ParsedTurn(content=text.strip())
@@ -100,4 +116,5 @@ def parse_code_block(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 FORMAT = ToolCallFormat(
     name="code_block", parse=parse_code_block, families="SmolLM2, small instruct models; ToRL/SimpleTIR-style TIR",
     description="```python ... ``` inside the turn; the output block is appended and the turn continues",
-    mid_turn=MidTurn(tool=TOOL, stop_strings=STOP_STRINGS, at_stop=at_stop, observation=observation))
+    mid_turn=MidTurn(tool=TOOL, stop_strings=STOP_STRINGS, state=CodeBlockTurn,
+                     tool_hint="the python tool (agentrl.tools.python_tool())"))
