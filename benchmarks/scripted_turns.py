@@ -117,11 +117,11 @@ class ScriptedTurnsEngine:
     def __init__(self, inner, script: TurnScript):
         self.inner = inner
         self.script = script
-        self.tokenizer = getattr(inner, "tokenizer", None)
+        self.tokenizer = inner.tokenizer  # the HF and vLLM engines keep theirs
 
     @property
     def policy_version(self) -> int:
-        return getattr(self.inner, "policy_version", 0)
+        return self.inner.policy_version
 
     @policy_version.setter
     def policy_version(self, value: int) -> None:
@@ -129,6 +129,9 @@ class ScriptedTurnsEngine:
 
     def sync_weights(self, model=None) -> None:
         self.inner.sync_weights(model)
+
+    def sleep(self) -> None:
+        self.inner.sleep()
 
     @property
     def capabilities(self):

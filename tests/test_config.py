@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 
@@ -102,18 +103,69 @@ def test_objective_is_resolved_once_from_the_config():
     assert describe_objective(cfg) == obj.describe()
 
 
+def _another_value(tp, value):
+    """A valid value of the annotation ``tp`` other than ``value``."""
+    if typing.get_origin(tp) is typing.Literal:
+        return next(a for a in typing.get_args(tp) if a != value)
+    if value is None:
+        return 3  # dual_clip, norm_len
+    if isinstance(value, bool):
+        return not value
+    return value + "x" if isinstance(value, str) else value + 1
+
+
+def test_every_algo_key_reaches_the_objective_and_its_printed_block():
+    """The algo section and the objective are one definition (Objective extends AlgoConfig):
+    from_config keeps every key, and changing any key changes the printed block, so a new
+    field cannot be left out of the objective or of what a run prints."""
+    from agentrl.algo.objective import Objective
+    from agentrl.run.config import AlgoConfig
+
+    keys = [f.name for f in dataclasses.fields(AlgoConfig)]
+    assert [f.name for f in dataclasses.fields(Objective)] == keys + ["temperature", "sampling"]
+    # every variant on, so the keys that only show with another (is_cap, refill_batch, ...) show
+    base = load_config(None, ["algo.agg=seq-mean-token-sum-norm", "algo.norm_len=1000", "algo.kl_coef=0.1",
+                              "algo.is_level=token", "algo.drop_zero_variance=true"])
+    not_printed = {"max_refills"}  # the bound of agentrl.run.collect's refill loop, not the loss
+    hints = typing.get_type_hints(AlgoConfig)
+    for key in keys:
+        cfg = dataclasses.replace(base, algo=dataclasses.replace(
+            base.algo, **{key: _another_value(hints[key], getattr(base.algo, key))}))
+        obj = Objective.from_config(cfg)
+        assert all(getattr(obj, k) == getattr(cfg.algo, k) for k in keys), key
+        assert (obj.describe() != describe_objective(base)) == (key not in not_printed), key
+
+
 class EchoEngine:
-    """A hypothetical new engine: a class with capabilities and from_run."""
+    """A hypothetical new engine: the members of ``agentrl.engines.base.Engine`` and from_run."""
 
     from agentrl.engines.base import EngineCapabilities
 
     capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=False, can_sleep=False)
+    policy_version = 0
+    batcher_stats = None
 
     @classmethod
     def from_run(cls, cfg, model, tokenizer, model_path):
         engine = cls()
         engine.seed, engine.model_path = cfg.seed, model_path
         return engine
+
+    def generate(self, prompts, params):
+        from agentrl.engines.base import Generation
+
+        return [Generation([], [], "length") for _ in prompts]
+
+    async def agenerate(self, prompt, params):
+        from agentrl.engines.base import not_per_request
+
+        raise not_per_request(self)
+
+    def sync_weights(self, model=None):
+        self.policy_version += 1
+
+    def sleep(self):
+        pass
 
 
 def test_a_new_engine_is_one_class_and_one_registry_line(monkeypatch):

@@ -25,7 +25,7 @@ import torch
 from agentrl.run.config import ConfigError, LoRAConfig, ParallelConfig, load_config
 from agentrl.scale.distributed import shard_whole_groups
 from agentrl.scale.parallel import resolve_plan
-from agentrl.types import Span, Trajectory, read_jsonl, write_jsonl
+from agentrl.types import Span, Trajectory, Verdict, read_jsonl, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 CI_CFG = ROOT / "examples" / "arithmetic_ci.yaml"
@@ -57,7 +57,7 @@ def fixed_batch(num_groups: int = 3, G: int = 4, seed: int = 0) -> list[Trajecto
                 lps += [-rng.uniform(0.1, 4.0) if kind == "model" else 0.0 for _ in range(n)]
                 spans.append(Span(start, len(ids), kind))
             out.append(Trajectory(token_ids=ids, prompt_len=len(prompt), loss_mask=mask, logprobs=lps, spans=spans,
-                                  messages=[], reward=rewards[i], group_id=f"g{g}", sample_index=i,
+                                  messages=[], verdict=Verdict(rewards[i]), group_id=f"g{g}", sample_index=i,
                                   task_id=f"t{g}"))
     return out
 
@@ -186,13 +186,9 @@ def test_lora_trains_only_adapters_and_reference_is_the_base(tiny, tmp_path):
     # the merged export makes a plain copy compute what the LoRA policy computes
     sampler = tiny()[0].eval()
 
-    class Engine:
-        policy_version = 0
+    from agentrl.engines.scripted import ScriptedEngine
 
-        def sync_weights(self, model):
-            self.policy_version += 1
-
-    sync = WeightSync(Engine(), sampler, shared=False)
+    sync = WeightSync(ScriptedEngine([]), sampler, shared=False)  # an engine whose sync only bumps the version
     sync(policy)
     assert sync.engine.policy_version == 1
     with torch.no_grad():

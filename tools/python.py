@@ -52,10 +52,12 @@ class PythonTool(Tool):
     adds ``backstop_slack`` for the wait for a pool slot.
     """
 
-    isolation_level: str
+    isolation_level: str  # Tool's attribute, always set here: how strongly the code is isolated
     backend: str
     mode: str
+    executor: LocalExecutor | None = None  # the local sandbox running the code; None on E2B
     backstop_slack = _QUEUE_SLACK_S
+    _settings: dict[str, Any]  # the python_tool arguments it was built with
 
     def with_timeout(self, seconds: float) -> "PythonTool":
         """The same tool with a time limit of ``seconds`` (sandbox and description rebuilt)."""
@@ -139,7 +141,7 @@ def python_tool(
         return (await session.arun(code)).observation()
 
     t = _make(python, description, own_limit, local.isolation_level, settings)
-    t.executor = local  # type: ignore[attr-defined]
+    t.executor = local
     return t
 
 

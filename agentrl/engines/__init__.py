@@ -1,8 +1,10 @@
 """Generation backends behind one protocol (see base.py), and the registry that names them.
 
 A new engine is one module with a class that implements :class:`~agentrl.engines.base.Engine`
-(``generate``, ``sync_weights``, ``capabilities``, ``from_run``) plus one line in
-:data:`ENGINES`; the config key ``model.engine`` then accepts its name.
+(``capabilities``, ``policy_version``, ``batcher_stats``, ``generate``, ``agenerate``,
+``sync_weights``, ``sleep``, and the ``from_run`` constructor) plus one line in
+:data:`ENGINES`; the config key ``model.engine`` then accepts its name, and
+``tests/test_engine_protocol.py`` checks the new class has every member.
 
     >>> engine_class("hf").capabilities.shares_trainer_weights
     True

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from agentrl.engines.driver import BatcherStats
 
 
 @dataclass
@@ -56,24 +59,53 @@ class EngineCapabilities:
 
 
 class Engine(Protocol):
-    """A generation backend (hf, vllm, scripted) behind one small interface.
+    """A generation backend (hf, vllm, scripted) behind one interface: every member a caller
+    (rollout runners, endpoint, trainer, weight sync, rollout thread) uses is declared here,
+    and no caller probes an engine for anything else (tests/test_engine_protocol.py checks
+    every engine class declares all of them).
 
-    An engine class also offers ``from_run(cfg, model, tokenizer, model_path)``, building it
-    from a run config (see :mod:`agentrl.engines`' registry), and ``sleep()`` when
-    ``capabilities.can_sleep``.
+    ``agenerate`` serves one request while others are in flight; an engine whose
+    ``capabilities.per_request_async`` is False raises (:func:`not_per_request`) rather than
+    pretend: callers read the flag first, and a batch ``generate`` per request would break
+    engines whose calls are turns of one batch (``ScriptedEngine``). ``sleep`` frees the
+    accelerator memory where ``capabilities.can_sleep``; elsewhere it does nothing (there is
+    nothing of the engine's own to free). ``batcher_stats`` are the continuous batcher's
+    counters (:class:`agentrl.engines.driver.BatcherStats`, read before and after a batch of
+    ``agenerate`` calls); None for an engine without one.
+
+    A class in :mod:`agentrl.engines`' registry also offers the classmethod
+    ``from_run(cfg, model, tokenizer, model_path)``, building it from a run config.
     """
 
     capabilities: EngineCapabilities
-    policy_version: int
+    policy_version: int  # optimizer steps behind its weights (bumped by sync_weights; the trainer may set it)
+    batcher_stats: BatcherStats | None
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample one continuation for each prompt (token ids, never text)."""
+        ...
+
+    async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:
+        """Sample one continuation of one prompt, batched with the other requests in flight
+        (``capabilities.per_request_async``; otherwise it raises)."""
         ...
 
     def sync_weights(self, model=None) -> None:
         """The trainer took an optimizer step: sample from ``model``'s current weights from
         now on (in place; engines sharing the trainer's parameters only bump the version)."""
         ...
+
+    def sleep(self) -> None:
+        """Free the engine's accelerator memory for the update (``capabilities.can_sleep``;
+        a no-op otherwise); the trainer's next ``sync_weights`` brings it back."""
+        ...
+
+
+def not_per_request(engine: object) -> NotImplementedError:
+    """The error ``agenerate`` raises on an engine that does not serve requests one by one."""
+    return NotImplementedError(
+        f"{type(engine).__name__} does not serve requests one by one (capabilities.per_request_async is "
+        "False): call generate() with the whole batch, or use an engine that does (model.engine=hf)")
 
 
 def validate_request(prompts: list[list[int]], params: SamplingParams) -> None:

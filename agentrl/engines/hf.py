@@ -78,6 +78,8 @@ class HFEngine:
 
     capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False,
                                       per_request_async=True)
+    policy_version: int
+    batcher_stats: BatcherStats
 
     @classmethod
     def from_run(cls, cfg, model, tokenizer, model_path: str) -> "HFEngine":
@@ -167,6 +169,9 @@ class HFEngine:
             self._decoder = None
         self.clear_prefix_cache()  # computed by the old weights
         self.policy_version += 1
+
+    def sleep(self) -> None:
+        """Does nothing (``can_sleep`` is False): the weights it samples from are the trainer's own."""
 
     def generator_for(self, seed: int | None) -> torch.Generator:
         """A request's random stream: its own when it has a seed, else the engine's."""

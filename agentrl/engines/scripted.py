@@ -13,10 +13,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams
+from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams, not_per_request
 from agentrl.engines.sampling import StopStrings
+
+if TYPE_CHECKING:
+    from agentrl.engines.driver import BatcherStats
 
 Script = Callable[[list[int], int], list[int]]
 
@@ -31,6 +34,8 @@ class ScriptedEngine:
     """
 
     capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False)
+    policy_version: int
+    batcher_stats: BatcherStats | None = None  # no continuous batcher
 
     def __init__(self, turns: list[list[int]] | Script, logprob: float = -0.5, tokenizer=None):
         self._script: Script = turns if callable(turns) else (lambda _p, k: turns[k])
@@ -58,8 +63,15 @@ class ScriptedEngine:
             finish = "stop"  # the script ended the turn without a stop token
         return Generation(token_ids=ids, logprobs=[self.logprob] * len(ids), finish_reason=finish)
 
+    async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:
+        """Not served: a call's index is the turn of the whole batch (see PerRequestScriptedEngine)."""
+        raise not_per_request(self)
+
     def sync_weights(self, model=None) -> None:
         self.policy_version += 1
+
+    def sleep(self) -> None:
+        """Nothing to free."""
 
 
 class PerRequestScriptedEngine(ScriptedEngine):

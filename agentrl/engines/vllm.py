@@ -143,6 +143,8 @@ class VLLMEngine:
     # The rollout thread cannot share it: the same in-process LLM also serves the trainer's evaluation.
     capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=True, can_sleep=True,
                                       per_request_async=True)
+    policy_version: int
+    batcher_stats: BatcherStats
 
     @classmethod
     def from_run(cls, cfg, model, tokenizer, model_path: str) -> "VLLMEngine":

@@ -9,12 +9,19 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from agentrl.env import HasAgent, HasAnswerPattern, HasDemonstrations
 from agentrl.envs import BUILTIN_ENVS
 from agentrl.run.config import Config, ConfigError
+
+if TYPE_CHECKING:  # types only: build_runtime imports what it builds when it builds it
+    from agentrl.chat import ChatTemplate
+    from agentrl.engines.base import Engine
+    from agentrl.rollout.base import Runner
+    from agentrl.toolbox import ToolBox
 
 
 
@@ -131,10 +138,10 @@ class Runtime:
 
     model: torch.nn.Module
     tokenizer: object
-    engine: object  # agentrl.engines.base.Engine
-    chat: object  # agentrl.chat.ChatTemplate
-    toolbox: object  # agentrl.toolbox.ToolBox
-    runner: object  # agentrl.rollout.RolloutRunner
+    engine: Engine
+    chat: ChatTemplate
+    toolbox: ToolBox
+    runner: Runner  # a RolloutRunner, or an AgentRunner for an environment with its own agent
     sampler: torch.nn.Module | None = None  # the HF engine's own full-weight copy (FSDP runs)
 
 

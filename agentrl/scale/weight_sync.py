@@ -132,11 +132,12 @@ class WeightSync:
     ``engine.sync_weights(model)`` is all. Otherwise with ``sampler`` (the HF engine's private
     full copy) the weights are copied into it; without one (vLLM) they are streamed into
     ``engine.sync_weights``. Under FSDP every rank must call this at the same point.
+
+    ``engine`` is an :class:`agentrl.engines.base.Engine` (not imported here: scale/ and
+    engines/ are one layer).
     """
 
     def __init__(self, engine, sampler: nn.Module | None = None, *, shared: bool = True):
-        if not shared and sampler is None and not hasattr(engine, "sync_weights"):
-            raise TypeError("the engine has no sync_weights(model)")
         self.engine = engine
         self.sampler = sampler
         self.shared = shared

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from agentrl.chat import ChatTemplate, TemplateError
-from agentrl.engines.base import SamplingParams
+from agentrl.engines.base import Engine, SamplingParams
 from agentrl.engines.base import attempt_seed
 from agentrl.serve.capture import AttemptCapture
 from agentrl.serve.protocol import ChatRequest, Completion, RequestError
@@ -57,14 +57,14 @@ class ChatService:
     ``engine`` needs ``agenerate`` (``capabilities.per_request_async``).
     """
 
-    engine: object
+    engine: Engine
     chat: ChatTemplate
     default_budget: AttemptBudget
     model_name: str = "agentrl"
     stats: ServiceStats = field(default_factory=ServiceStats)
 
     def __post_init__(self) -> None:
-        if not getattr(getattr(self.engine, "capabilities", None), "per_request_async", False):
+        if not self.engine.capabilities.per_request_async:
             raise ValueError(f"the OpenAI endpoint needs an engine that serves requests one by one "
                              f"(per_request_async); {type(self.engine).__name__} does not: use model.engine=hf")
         self._attempts: dict[str, _Attempt] = {}

@@ -37,6 +37,7 @@ from agentrl.toolbox.schema import argument_errors, function_schema, quick_check
 from agentrl.toolbox.threads import ToolTimeout, call_in_worker
 
 
+@dataclass
 class ToolContext:
     """Per-trajectory context injected into tools that declare a parameter annotated
     ``ToolContext``. Not part of the schema the model sees.
@@ -78,6 +79,9 @@ class Tool:
     # Seconds the ToolBox's wall-clock backstop adds to ``timeout``: 0 for tools the ToolBox
     # stops itself; a tool that enforces its own limit (the sandbox) adds its queueing time.
     backstop_slack: float = 0.0
+    # Where a sandboxed tool runs its code (the python tool: "bwrap", "unshare", "rlimits",
+    # "e2b"); None for in-process tools. The trainer logs the levels of its tools once.
+    isolation_level: str | None = None
 
     def __init__(
         self,

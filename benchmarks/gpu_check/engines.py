@@ -1,8 +1,8 @@
 """Engine wrappers the policy sections swap into ``trainer.runner`` for one step.
 
-Both forward every attribute they do not define to the real engine (``capabilities``,
-``tokenizer``, ``policy_version``, ...), so the rollout sees the engine it expects whatever
-the engine interface grows; only ``generate`` changes.
+Both declare every member of ``agentrl.engines.base.Engine`` (forwarding the capabilities,
+policy version and weight sync to the real engine) and forward any other attribute they do not
+define (``tokenizer``, ...); only what is sampled changes.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class FixedTokensEngine:
     figures mean nothing.
     """
 
+    batcher_stats = None  # no batcher: nothing is computed
+
     def __init__(self, inner, plain_ids: int, seed: int = 0):
         self.inner = inner
         self.plain_ids = plain_ids
@@ -42,12 +44,35 @@ class FixedTokensEngine:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def generate(self, prompts, params):
+    @property
+    def capabilities(self):
+        return self.inner.capabilities
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    @policy_version.setter
+    def policy_version(self, value: int) -> None:
+        self.inner.policy_version = value
+
+    def sync_weights(self, model=None) -> None:
+        self.inner.sync_weights(model)
+
+    def sleep(self) -> None:
+        self.inner.sleep()
+
+    def _fixed(self, n: int):
         from agentrl.engines.base import Generation
 
-        n = params.max_new_tokens
-        return [Generation([self.rng.randrange(self.plain_ids) for _ in range(n)], [-12.0] * n, "length")
-                for _ in prompts]
+        return Generation([self.rng.randrange(self.plain_ids) for _ in range(n)], [-12.0] * n, "length")
+
+    def generate(self, prompts, params):
+        return [self._fixed(params.max_new_tokens) for _ in prompts]
+
+    async def agenerate(self, prompt, params):
+        # the per-attempt loop (the inner engine is per_request_async) asks here, not the model
+        return self._fixed(params.max_new_tokens)
 
 
 @contextlib.contextmanager
