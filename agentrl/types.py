@@ -158,11 +158,47 @@ class Task:
 
 
 @dataclass
+class Verdict:
+    """What the checker said of one attempt (``run.evaluate.score_all``). Every segment of a
+    split attempt carries its attempt's verdict. An OpenAI-API agent that raised or timed out
+    gets ``Verdict(0.0)`` from its runner instead (``AgentSegment.error`` says why)."""
+
+    reward: float
+    info: dict[str, Any] = field(default_factory=dict)  # the checker's explanation (Score.info); JSON "score"
+
+
+@dataclass
+class TrainerMarks:
+    """What the trainer added to a sampled trajectory; all unset until it runs."""
+
+    advantage: float | None = None  # the attempt's group advantage (algo.update.compute_advantages)
+    filtered: bool = False  # an objective filter kept it out of the loss (run.trainer)
+    staleness: int | None = None  # policy versions between its sampler and the update (run.producer, async runs)
+    old_logprobs: list[float] | None = None  # π_old per token, len(token_ids), 0.0 where mask 0 (algo.update)
+
+
+@dataclass
+class AgentSegment:
+    """Where a trajectory sits in an attempt of an agent written against the OpenAI API
+    (``serve.capture``, ``rollout.agent_runner``); ``None`` on the built-in runner's."""
+
+    index: int  # 0-based position of this segment among the attempt's segments
+    segments: int  # trajectories the attempt became (1 + history rewrites that sampled again)
+    splits: int = 0  # times the agent rewrote its history in this attempt
+    error: str | None = None  # the agent raised or timed out: its error text (its verdict is then 0)
+
+
+@dataclass
 class Trajectory:
     """One attempt: the full token sequence with mask, sampler log-probs and spans.
 
-    Shapes: ``token_ids``, ``loss_mask``, ``logprobs`` (and ``old_logprobs`` when set)
-    all have length ``len(token_ids)``; ``spans`` tile ``[0, len(token_ids))``.
+    Its own fields are what the sampler produced. Three typed records hold the rest: what
+    the checker said (``verdict``), what the trainer added (``trained``), and, for agents
+    written against the OpenAI API, which segment of the attempt this is (``agent``).
+    ``metadata`` is the caller's free-form dict: agentrl writes none of its keys.
+
+    Shapes: ``token_ids``, ``loss_mask``, ``logprobs`` (and ``trained.old_logprobs`` when
+    set) all have length ``len(token_ids)``; ``spans`` tile ``[0, len(token_ids))``.
     """
 
     token_ids: list[int]
@@ -172,8 +208,6 @@ class Trajectory:
     spans: list[Span]
     messages: list[Message]
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
-    reward: float | None = None
-    advantage: float | None = None  # null until the trainer computes it
     group_id: str = ""
     sample_index: int = 0
     finish_reason: str = "stop"
@@ -182,11 +216,23 @@ class Trajectory:
     family: str = ""  # the task's family (per-family accuracy)
     turns: int = 0  # model turns sampled
     void_turns: int = 0  # turns with neither a tool call nor an answer (SimpleTIR's filter)
-    score: dict[str, Any] = field(default_factory=dict)  # the checker's explanation (Score.info)
-    filtered: bool = False  # an objective filter kept it out of the loss
-    staleness: int | None = None  # policy versions between its sampler and the update (async runs)
-    metadata: dict[str, Any] = field(default_factory=dict)  # anything else a caller attaches
-    old_logprobs: list[float] | None = None  # trainer's π_old per token, 0.0 where mask 0
+    verdict: Verdict | None = None  # None until scored
+    trained: TrainerMarks = field(default_factory=TrainerMarks)
+    agent: AgentSegment | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # the caller's own: agentrl writes none of its keys
+
+    # Read-only shortcuts to the values the loss is built from; writers set the records.
+    @property
+    def reward(self) -> float | None:
+        return None if self.verdict is None else self.verdict.reward
+
+    @property
+    def advantage(self) -> float | None:
+        return self.trained.advantage
+
+    @property
+    def old_logprobs(self) -> list[float] | None:
+        return self.trained.old_logprobs
 
     @property
     def num_model_tokens(self) -> int:
@@ -197,23 +243,39 @@ class Trajectory:
         return len(self.token_ids) - self.prompt_len
 
     def to_json(self) -> str:
+        """One JSONL line. The keys are flat as in earlier files (``reward``, ``score`` from the
+        verdict; ``advantage``, ``filtered``, ``staleness``, ``old_logprobs`` from the trainer's
+        marks); ``agent`` (the AgentSegment's fields) and ``old_logprobs`` only when set."""
         # built by hand: dataclasses.asdict deep-copies every token list (~9x slower)
-        d: dict[str, Any] = {f: getattr(self, f) for f in _TRAJ_SCALARS}
+        v, marks = self.verdict, self.trained
+        d: dict[str, Any] = {f: getattr(self, f) for f in _TOKEN_FIELDS}
+        d.update(reward=self.reward, advantage=marks.advantage)
+        d.update({f: getattr(self, f) for f in _SAMPLER_SCALARS})
+        d.update(score={} if v is None else v.info, filtered=marks.filtered, staleness=marks.staleness,
+                 metadata=self.metadata)
         d["spans"] = [{"start": s.start, "end": s.end, "kind": s.kind} for s in self.spans]
         d["messages"] = [m.to_chat() for m in self.messages]
         d["tool_calls"] = [asdict(c) for c in self.tool_calls]
-        if self.old_logprobs is not None:
-            d["old_logprobs"] = self.old_logprobs
+        if marks.old_logprobs is not None:
+            d["old_logprobs"] = marks.old_logprobs
+        if self.agent is not None:
+            d["agent"] = asdict(self.agent)
         return json.dumps(d, ensure_ascii=False)
 
     @staticmethod
     def from_json(line: str | dict[str, Any]) -> "Trajectory":
-        """One JSONL line (or its decoded dict). Files written before the bookkeeping fields
-        were typed carry them under ``metadata``: they are read from there."""
+        """One JSONL line (or its decoded dict). Older files keep some fields under ``metadata``
+        (the bookkeeping before it was typed; ``segment``/``segments``/``splits``/``agent_error``
+        before ``agent``): they are read from there into the typed fields."""
         d = json.loads(line) if isinstance(line, str) else dict(line)
         meta = dict(d.get("metadata") or {})
         legacy = {k: meta.pop(k) for k in _TYPED_BOOKKEEPING if k in meta and k not in d}
         d = {**legacy, **d}
+        agent = d.get("agent")
+        if agent is None and "agent" not in d and ("splits" in meta or "segments" in meta):
+            agent = {"index": meta.pop("segment", 0), "segments": meta.pop("segments", 1),
+                     "splits": meta.pop("splits", 0), "error": meta.pop("agent_error", None)}
+        old = d.get("old_logprobs")
         return Trajectory(
             token_ids=[int(x) for x in d["token_ids"]],
             prompt_len=int(d["prompt_len"]),
@@ -222,8 +284,6 @@ class Trajectory:
             spans=[Span(int(s["start"]), int(s["end"]), str(s["kind"])) for s in d["spans"]],
             messages=[Message.from_chat(m) for m in d["messages"]],
             tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
-            reward=None if d.get("reward") is None else float(d["reward"]),
-            advantage=None if d.get("advantage") is None else float(d["advantage"]),
             group_id=str(d.get("group_id", "")),
             sample_index=int(d.get("sample_index", 0)),
             finish_reason=str(d.get("finish_reason", "stop")),
@@ -232,11 +292,16 @@ class Trajectory:
             family=str(d.get("family", "")),
             turns=int(d.get("turns", 0)),
             void_turns=int(d.get("void_turns", 0)),
-            score=dict(d.get("score") or {}),
-            filtered=bool(d.get("filtered", False)),
-            staleness=None if d.get("staleness") is None else int(d["staleness"]),
+            verdict=None if d.get("reward") is None else Verdict(float(d["reward"]), dict(d.get("score") or {})),
+            trained=TrainerMarks(
+                advantage=None if d.get("advantage") is None else float(d["advantage"]),
+                filtered=bool(d.get("filtered", False)),
+                staleness=None if d.get("staleness") is None else int(d["staleness"]),
+                old_logprobs=None if old is None else [float(x) for x in old]),
+            agent=None if agent is None else AgentSegment(
+                index=int(agent["index"]), segments=int(agent["segments"]), splits=int(agent.get("splits", 0)),
+                error=None if agent.get("error") is None else str(agent["error"])),
             metadata=meta,
-            old_logprobs=None if d.get("old_logprobs") is None else [float(x) for x in d["old_logprobs"]],
         )
 
     def check(self) -> None:
@@ -269,8 +334,13 @@ class Trajectory:
 
 # Bookkeeping that older files kept under ``metadata`` (read from there by from_json).
 _TYPED_BOOKKEEPING = ("task_id", "family", "turns", "void_turns", "score", "filtered", "staleness")
-_TRAJ_SCALARS = ("token_ids", "prompt_len", "loss_mask", "logprobs", "reward", "advantage", "group_id",
-                 "sample_index", "finish_reason", "policy_version", *_TYPED_BOOKKEEPING, "metadata")
+# The sampler's fields, in the order to_json writes them (around reward/advantage, score...).
+_TOKEN_FIELDS = ("token_ids", "prompt_len", "loss_mask", "logprobs")
+_SAMPLER_SCALARS = ("group_id", "sample_index", "finish_reason", "policy_version", "task_id", "family", "turns",
+                    "void_turns")
+# The keys every line to_json writes carries ("old_logprobs" and "agent" only when set).
+JSONL_KEYS: tuple[str, ...] = (*_TOKEN_FIELDS, "spans", "messages", "tool_calls", "reward", "advantage",
+                               *_SAMPLER_SCALARS, "score", "filtered", "staleness", "metadata")
 
 
 def write_jsonl(path: str, trajectories: list[Trajectory], append: bool = False) -> None:

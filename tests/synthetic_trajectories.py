@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentrl.types import Message, Span, ToolCall, ToolCallRecord, Trajectory
+from agentrl.types import Message, Span, ToolCall, ToolCallRecord, TrainerMarks, Trajectory, Verdict
 
 Encode = Callable[[str], list[int]]
 
@@ -113,8 +113,9 @@ def build_trajectory(encode: Encode, turns: list[Turn], *, question: str = QUEST
         b.add("template", "\n</tool_response><|im_end|>\n")
     return Trajectory(
         token_ids=b.ids, prompt_len=prompt_len, loss_mask=b.mask, logprobs=b.lps, spans=b.spans,
-        messages=messages, tool_calls=records, reward=reward, group_id=group_id,
-        sample_index=sample_index, finish_reason=finish_reason, policy_version=3, old_logprobs=b.old,
+        messages=messages, tool_calls=records, verdict=Verdict(reward), group_id=group_id,
+        sample_index=sample_index, finish_reason=finish_reason, policy_version=3,
+        trained=TrainerMarks(old_logprobs=b.old),
     )
 
 
@@ -144,7 +145,7 @@ def arithmetic_group(encode: Encode, group_id: str = "step3/pencils") -> list[Tr
     for i, ((turns, reward, finish), adv) in enumerate(zip(attempts, group_advantages(rewards))):
         t = build_trajectory(encode, turns, reward=reward, finish_reason=finish, group_id=group_id,
                              sample_index=i, seed=i)
-        t.advantage = adv
+        t.trained.advantage = adv
         out.append(t)
     return out
 
@@ -171,7 +172,7 @@ def long_trajectory(encode: Encode, turns: int = 20, min_tokens: int = 8000, see
         steps.append(Turn(text, code, result))
     steps.append(Turn("<answer>done</answer>"))
     t = build_trajectory(encode, steps, reward=1.0, group_id="long", seed=seed)
-    t.advantage = 0.5
+    t.trained.advantage = 0.5
     return t
 
 
@@ -206,7 +207,7 @@ def known_example() -> KnownExample:
         messages=[Message("user", "2+3?"), Message("assistant", "", tool_calls=[ToolCall("add", {"a": 2, "b": 3})]),
                   Message("tool", "5", name="add"), Message("assistant", "<answer>5</answer>")],
         tool_calls=[ToolCallRecord("add", {"a": 2, "b": 3}, "5", None, 0.125, 0)],
-        reward=1.0, advantage=1.5, group_id="g-known", sample_index=2, finish_reason="stop",
-        policy_version=7, old_logprobs=old,
+        verdict=Verdict(1.0), trained=TrainerMarks(advantage=1.5, old_logprobs=old), group_id="g-known",
+        sample_index=2, finish_reason="stop", policy_version=7,
     )
     return KnownExample(t, {i: text for i, text, _ in pieces})

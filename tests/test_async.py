@@ -59,7 +59,7 @@ def test_split_stale_keeps_the_bound_and_counts_the_rest():
     split = split_stale(trajs, trainer_version=5, max_staleness=1)
     assert [t.policy_version for t in split.kept] == [5, 4]
     assert split.staleness == [0, 1] and split.dropped == 2
-    assert [t.staleness for t in split.kept] == [0, 1]
+    assert [t.trained.staleness for t in split.kept] == [0, 1]
     m = staleness_metrics(split, 1)
     assert m["async/dropped_stale"] == 2 and m["async/staleness_0"] == 1 and m["async/staleness_1"] == 1
     assert m["async/staleness_mean"] == 0.5 and m["async/staleness_max"] == 1
@@ -315,7 +315,7 @@ def test_slow_tool_trainer_waits_less_and_staleness_stays_bounded(tmp_path):
         for t in read_jsonl(str(tmp_path / "k1" / "rollouts" / f"step_{step:06d}.jsonl")):
             if t.old_logprobs is not None:
                 assert (step - 1) - t.policy_version <= 1
-                assert t.staleness == (step - 1) - t.policy_version
+                assert t.trained.staleness == (step - 1) - t.policy_version
                 trained += 1
     assert trained > 0
     assert all(r["async/staleness_max"] <= 1 and r["async/dropped_stale"] == 0 for r in lag)

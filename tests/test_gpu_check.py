@@ -171,12 +171,13 @@ def test_jsonschema_stand_in_gives_the_messages_of_jsonschema(arguments):
 
 def _trajectory():
     from agentrl import Span, Trajectory
-    from agentrl.types import ToolCallRecord
+    from agentrl.types import ToolCallRecord, TrainerMarks
 
     ids = [1, 2, 3, 10, 11, 12, 20, 21, 30, 31]
     return Trajectory(
         token_ids=ids, prompt_len=3, loss_mask=[0, 0, 0, 1, 1, 1, 0, 0, 0, 0],
-        logprobs=[0, 0, 0, -1.0, -2.0, -0.5, 0, 0, 0, 0], old_logprobs=[0, 0, 0, -1.0, -2.0, -0.5, 0, 0, 0, 0],
+        logprobs=[0, 0, 0, -1.0, -2.0, -0.5, 0, 0, 0, 0],
+        trained=TrainerMarks(old_logprobs=[0, 0, 0, -1.0, -2.0, -0.5, 0, 0, 0, 0]),
         spans=[Span(0, 3, "prompt"), Span(3, 6, "model"), Span(6, 8, "template"), Span(8, 10, "tool")],
         messages=[], tool_calls=[ToolCallRecord("python", {"code": "print(42)"}, "42", None, 0.01, 0)])
 
@@ -203,11 +204,11 @@ def test_trajectory_checks_pass_a_sound_trajectory_and_catch_each_break():
 
 def test_logprob_match_measures_the_gap_and_its_shifted_control():
     t = _trajectory()
-    t.old_logprobs = [x + (0.01 if m else 0.0) for x, m in zip(t.logprobs, t.loss_mask)]
+    t.trained.old_logprobs = [x + (0.01 if m else 0.0) for x, m in zip(t.logprobs, t.loss_mask)]
     data = logprob_match([t], "bfloat16", (0.02, 0.15))
     assert data.tokens == 3 and abs(data.mean_abs - 0.01) < 1e-9 and data.problems() == []
     assert abs(data.shifted_mean_abs - (abs(-1.0 - -1.99) + abs(-2.0 - -0.49)) / 2) < 1e-9
-    t.old_logprobs = [x + (0.5 if m else 0.0) for x, m in zip(t.logprobs, t.loss_mask)]
+    t.trained.old_logprobs = [x + (0.5 if m else 0.0) for x, m in zip(t.logprobs, t.loss_mask)]
     assert any("max" in p for p in logprob_match([t], "bfloat16", (0.02, 0.15)).problems())
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentrl.inspect.cli import run_inspect
 from synthetic_trajectories import known_example, long_trajectory
-from agentrl.types import Trajectory, write_jsonl
+from agentrl.types import Trajectory, Verdict, write_jsonl
 from fixture_paths import QWEN25 as QWEN
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -71,10 +71,10 @@ def test_token_elements_details_and_group_view(browser, tmp_path):
 
     t = known_example().trajectory
     other = Trajectory.from_json(t.to_json())
-    other.sample_index, other.reward, other.advantage = 3, 0.0, -1.0
+    other.sample_index, other.verdict, other.trained.advantage = 3, Verdict(0.0), -1.0
     other.token_ids = other.token_ids[:12]  # a shorter attempt: counts must follow the selection
     other.loss_mask, other.logprobs = other.loss_mask[:12], other.logprobs[:12]
-    other.old_logprobs = other.old_logprobs[:12]
+    other.trained.old_logprobs = other.old_logprobs[:12]
     other.spans = other.spans[:4]
     write_jsonl(str(tmp_path / "step_000001.jsonl"), [t, other])
     page = tmp_path / "view.html"

@@ -16,7 +16,7 @@ from agentrl.inspect.html import render_page
 from agentrl.inspect.scan import scan
 from agentrl.inspect.sources import find_sources
 from agentrl.inspect.svg import line_chart_svg
-from agentrl.types import SPAN_KINDS, Trajectory, write_jsonl
+from agentrl.types import SPAN_KINDS, Trajectory, Verdict, write_jsonl
 from fixture_paths import QWEN25 as QWEN
 
 DATA_RE = re.compile(r'<script type="application/json" id="agentrl-data">(.*?)</script>', re.DOTALL)
@@ -28,8 +28,9 @@ def page_data(page: str) -> dict:
     return json.loads(m.group(1))
 
 
-def copy(t: Trajectory, **changes) -> Trajectory:
+def copy(t: Trajectory, reward: float, advantage: float, **changes) -> Trajectory:
     c = Trajectory.from_json(t.to_json())
+    c.verdict, c.trained.advantage = Verdict(reward), advantage
     for k, v in changes.items():
         setattr(c, k, v)
     return c

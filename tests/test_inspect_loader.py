@@ -131,8 +131,9 @@ def test_files_written_before_typed_bookkeeping_still_load(tmp_path):
     d["metadata"] = {"task_id": "t7", "family": "mul", "turns": 3, "void_turns": 1, "score": {"method": "numeric"},
                      "filtered": True, "staleness": 2, "step": 4}
     t = Trajectory.from_json(json.dumps(d))
-    assert (t.task_id, t.family, t.turns, t.void_turns, t.filtered, t.staleness) == ("t7", "mul", 3, 1, True, 2)
-    assert t.score == {"method": "numeric"} and t.metadata == {"step": 4}
+    assert (t.task_id, t.family, t.turns, t.void_turns, t.trained.filtered, t.trained.staleness) == \
+        ("t7", "mul", 3, 1, True, 2)
+    assert t.verdict.info == {"method": "numeric"} and t.metadata == {"step": 4}
     back = json.loads(t.to_json())
     assert back["task_id"] == "t7" and back["metadata"] == {"step": 4}  # written typed from now on
     assert Trajectory.from_json(t.to_json()) == t

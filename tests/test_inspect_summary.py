@@ -11,12 +11,12 @@ from synthetic_trajectories import known_example
 from agentrl.inspect.filters import RewardCondition, Selection
 from agentrl.inspect.scan import scan
 from agentrl.inspect.sources import InspectError, find_sources
-from agentrl.types import ToolCallRecord, Trajectory, write_jsonl
+from agentrl.types import ToolCallRecord, Trajectory, Verdict, write_jsonl
 
 
 def attempt(group: str, sample: int, reward: float, finish: str = "stop", tool_error: bool = False) -> Trajectory:
     t = Trajectory.from_json(known_example().trajectory.to_json())
-    t.group_id, t.sample_index, t.reward, t.finish_reason = group, sample, reward, finish
+    t.group_id, t.sample_index, t.verdict, t.finish_reason = group, sample, Verdict(reward), finish
     if tool_error:
         t.tool_calls.append(ToolCallRecord("add", {"a": "x"}, "TypeError: bad operand", "TypeError", 0.01, 1))
     return t

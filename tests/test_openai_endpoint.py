@@ -160,7 +160,8 @@ def test_a_history_rewrite_splits_the_attempt(scripted, tok):
     first, second = batch.trajectories[:2]
     for t in batch.trajectories:
         t.check()
-    assert (first.metadata["segment"], second.metadata["segment"], first.metadata["splits"]) == (0, 1, 1)
+    assert (first.agent.index, second.agent.index, first.agent.splits, second.agent.segments) == (0, 1, 1, 2)
+    assert first.metadata == {} and second.metadata == {}  # agentrl keeps nothing of its own there
     assert [s.kind for s in first.spans] == ["prompt", "model"]  # the abandoned tool call
     assert [s.kind for s in second.spans] == ["prompt", "model"]  # the rewritten prompt, then the answer
     assert "(python printed 42)" in tok.decode(second.token_ids[: second.prompt_len])
@@ -267,9 +268,10 @@ def test_agents_that_fail_get_reward_zero_and_the_batch_goes_on(scripted, tok):
     assert time.monotonic() - start < 20
     by = {t.task_id: t for t in batch.trajectories}
     assert set(by) == {"ok", "boom-late", "slow"}  # the early failure sampled nothing
-    assert by["ok"].reward is None and "agent_error" not in by["ok"].metadata
-    assert by["boom-late"].reward == 0.0 and "the agent broke" in by["boom-late"].metadata["agent_error"]
-    assert by["slow"].reward == 0.0 and by["slow"].metadata["agent_error"].startswith("timeout")
+    assert by["ok"].reward is None and by["ok"].agent.error is None
+    assert by["boom-late"].reward == 0.0 and "the agent broke" in by["boom-late"].agent.error
+    assert by["slow"].reward == 0.0 and by["slow"].agent.error.startswith("timeout")
+    assert agent_metrics(batch.trajectories)["agent/errors"] == pytest.approx(2 / 3)
 
 
 def test_64_concurrent_agents_each_get_their_own_trajectory(hf_engine, tok):
@@ -294,7 +296,7 @@ def test_64_concurrent_agents_each_get_their_own_trajectory(hf_engine, tok):
     assert hf_engine.batcher_stats.joins > joins
     for t in batch.trajectories:
         t.check()
-        assert t.turns == 2 and t.metadata["segments"] == 1
+        assert t.turns == 2 and t.agent.segments == 1
         assert f"task number {t.task_id[1:]} asks" in tok.decode(t.token_ids[: t.prompt_len])
         assert tok.decode(t.token_ids).count("sure?") == 1
 

@@ -12,7 +12,7 @@ from agentrl.chat import ChatTemplate, encode_literal
 from agentrl.engines.scripted import ScriptedEngine
 from agentrl.rollout import RolloutConfig, RolloutRunner
 from agentrl.toolbox import ToolBox, tool
-from agentrl.types import Task, Trajectory
+from agentrl.types import Task, TrainerMarks, Trajectory, Verdict
 from fixture_paths import QWEN25, TEMPLATES
 
 
@@ -261,7 +261,9 @@ def test_jsonl_roundtrip_lossless(tok, tmp_path):
     t0 = CALL.format(n="echo", a='{"text": "é 😀 \\u0000 </tool_response>"}') + "<|im_end|>"
     runner, _ = runner_for(tok, [t0, "<answer>1</answer><|im_end|>"], [echo])
     trajs = runner.run([Task(id="q", prompt="p", answer="1")], 2).trajectories
-    trajs[0].reward, trajs[0].advantage, trajs[0].old_logprobs = 1.0, 0.5, [0.0] * len(trajs[0].token_ids)
+    trajs[0].verdict = Verdict(1.0, {"method": "exact"})
+    trajs[0].trained = TrainerMarks(advantage=0.5, filtered=True, staleness=1,
+                                    old_logprobs=[0.0] * len(trajs[0].token_ids))
     write_jsonl(str(tmp_path / "r.jsonl"), trajs)
     back = read_jsonl(str(tmp_path / "r.jsonl"))
     assert back == trajs

@@ -15,7 +15,7 @@ from agentrl.algo.objective import Objective
 from agentrl.algo.shared_prefix import MIN_SHARED, shared_prefix_len
 from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
 from agentrl.models.tiny import ensure_tiny_model
-from agentrl.types import Span, Trajectory
+from agentrl.types import Span, Trajectory, Verdict
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def group(prompt_len: int, lengths: list[list[int]], seed: int, rewards: list[fl
             mask += [int(kind == "model")] * n
             spans.append(Span(start, len(ids), kind))
         lps = [-1.0 if m else 0.0 for m in mask]
-        out.append(Trajectory(ids, prompt_len, mask, lps, spans, [], reward=r, group_id=gid, sample_index=i,
+        out.append(Trajectory(ids, prompt_len, mask, lps, spans, [], verdict=Verdict(r), group_id=gid, sample_index=i,
                               task_id=gid))
     return out
 

@@ -36,7 +36,7 @@ def test_smollm2_rollout_and_one_update_step():
     from agentrl.run.config import load_config
     from agentrl.toolbox import ToolBox
     from agentrl.tools.python import python_tool
-    from agentrl.types import Task
+    from agentrl.types import Task, Verdict
 
     path = resolve_model_path(load_config(None, ["model.path=smollm2"]))
     engine = HFEngine.from_pretrained(path, seed=0, num_threads=2)
@@ -55,7 +55,7 @@ def test_smollm2_rollout_and_one_update_step():
             lp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
         gap = max(abs(lp[i - 1].item() - t.logprobs[i]) for i, m in enumerate(t.loss_mask) if m)
         assert gap < 1e-3, gap
-    trajs[0].reward, trajs[1].reward = 1.0, 0.0
+    trajs[0].verdict, trajs[1].verdict = Verdict(1.0), Verdict(0.0)
     before = [sequence_logprob(model, t) for t in trajs]
     objective = Objective(temperature=1.0)
     _, filt = compute_advantages(trajs, objective)

@@ -12,7 +12,7 @@ import torch
 from agentrl.algo.objective import Objective
 from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
 from agentrl.models.tiny import ensure_tiny_model
-from agentrl.types import Span, Trajectory
+from agentrl.types import Span, Trajectory, Verdict
 
 
 def batch(rewards: list[list[float]], seed: int = 0) -> list[Trajectory]:
@@ -29,7 +29,7 @@ def batch(rewards: list[list[float]], seed: int = 0) -> list[Trajectory]:
                 mask += [int(kind == "model")] * n
                 lps += [-rng.uniform(0.1, 3.0) if kind == "model" else 0.0 for _ in range(n)]
                 spans.append(Span(start, len(ids), kind))
-            out.append(Trajectory(ids, len(prompt), mask, lps, spans, [], reward=r, group_id=f"g{g}",
+            out.append(Trajectory(ids, len(prompt), mask, lps, spans, [], verdict=Verdict(r), group_id=f"g{g}",
                                   sample_index=i, task_id=f"t{g}"))
     return out
 

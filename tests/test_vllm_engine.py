@@ -401,7 +401,7 @@ def test_per_attempt_and_lockstep_loops_agree_when_greedy(setup):
 def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
     from agentrl.algo.objective import Objective
     from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
-    from agentrl.types import Task
+    from agentrl.types import Task, Verdict
 
     eng = setup.engine
     # an unfamiliar prompt: the 4 samples differ, so opposite advantages do not cancel
@@ -410,7 +410,7 @@ def test_grpo_step_then_sync_weights_moves_vllm_to_the_new_policy(setup):
     trajs = batch.trajectories
     assert len({tuple(t.token_ids) for t in trajs}) > 1
     for i, t in enumerate(trajs):
-        t.reward = float(i % 2)  # a group with signal, whatever was sampled
+        t.verdict = Verdict(float(i % 2))  # a group with signal, whatever was sampled
     trainer = copy.deepcopy(setup.model)
     opt = torch.optim.AdamW(trainer.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)

@@ -127,7 +127,7 @@ def compute_advantages(trajs: list[Trajectory], objective: Objective) -> tuple[G
         at = torch.tensor(row)
         adv = dataclasses.replace(adv, advantages=adv.advantages[at], group_index=adv.group_index[at])
     for t, a in zip(trajs, adv.advantages.tolist()):
-        t.advantage = float(a)
+        t.trained.advantage = float(a)
     filt = objective.select(adv, [t.finish_reason for t in trajs], [t.void_turns > 0 for t in trajs])
     return adv, filt
 
@@ -243,5 +243,5 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     for b, mb in enumerate(batches):
         o = (old[b] * mb.loss_mask).tolist()
         for r, i in enumerate(mb.indices):
-            rows[i].old_logprobs = [float(x) for x in o[r][: len(rows[i].token_ids)]]
+            rows[i].trained.old_logprobs = [float(x) for x in o[r][: len(rows[i].token_ids)]]
     return stats

@@ -3,10 +3,10 @@
 Example::
 
     import tempfile, pathlib
-    from agentrl.types import Span, Trajectory
+    from agentrl.types import Span, Trajectory, Verdict
     d = pathlib.Path(tempfile.mkdtemp())
     t = Trajectory([1, 2], 1, [0, 1], [0.0, -0.2], [Span(0, 1, "prompt"), Span(1, 2, "model")], [],
-                   reward=1.0)
+                   verdict=Verdict(1.0))
     (d / "step_000001.jsonl").write_text(t.to_json() + "\\n")
     assert run_inspect([str(d), "--no-color"]) == 0
     assert run_inspect([str(d), "--html", str(d / "view.html")]) == 0

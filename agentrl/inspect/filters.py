@@ -5,11 +5,11 @@ in file order; with no other filter it is the N-th trajectory of the PATH.
 
 Example::
 
-    from agentrl.types import Trajectory
+    from agentrl.types import Trajectory, Verdict
     cond = RewardCondition.parse(">=0.5")
     assert cond.holds(1.0) and not cond.holds(0.0) and not cond.holds(None)
     sel = Selection(reward=RewardCondition.parse("==1"), finish_reason="stop")
-    t = Trajectory([1], 1, [0], [0.0], [], [], reward=1.0)
+    t = Trajectory([1], 1, [0], [0.0], [], [], verdict=Verdict(1.0))
     assert sel.matches(t, step=None)
 """
 

@@ -13,9 +13,10 @@ Example::
     from agentrl.inspect.filters import Selection
     from agentrl.inspect.scan import scan
     from agentrl.inspect.sources import find_sources
-    from agentrl.types import Span, Trajectory
+    from agentrl.types import Span, Trajectory, Verdict
     d = pathlib.Path(tempfile.mkdtemp())
-    t = Trajectory([7, 8], 1, [0, 1], [0.0, -0.3], [Span(0, 1, "prompt"), Span(1, 2, "model")], [], reward=1.0)
+    t = Trajectory([7, 8], 1, [0, 1], [0.0, -0.3], [Span(0, 1, "prompt"), Span(1, 2, "model")], [],
+                   verdict=Verdict(1.0))
     (d / "r.jsonl").write_text(t.to_json() + "\\n")
     src = find_sources(str(d))
     page = render_page(src, scan(src, Selection()), Decoding(None, "ids"))

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentrl.inspect.sources import RolloutFile
-from agentrl.types import Span, Trajectory
+from agentrl.types import JSONL_KEYS, Span, Trajectory
 
-# Fields every line written by Trajectory.to_json carries (old_logprobs is optional).
-EXPECTED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Trajectory) if f.name != "old_logprobs")
+# Fields every line written by Trajectory.to_json carries (old_logprobs and agent are optional).
+EXPECTED_FIELDS: tuple[str, ...] = JSONL_KEYS
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ matches.
 Example::
 
     import tempfile, pathlib
-    from agentrl.types import Span, Trajectory
+    from agentrl.types import Span, Trajectory, Verdict
     d = pathlib.Path(tempfile.mkdtemp())
     t = Trajectory([1, 2], 1, [0, 1], [0.0, -0.2], [Span(0, 1, "prompt"), Span(1, 2, "model")], [],
-                   reward=1.0, group_id="g")
+                   verdict=Verdict(1.0), group_id="g")
     (d / "step_000001.jsonl").write_text((t.to_json() + "\\n") * 5)
     res = scan(find_sources(str(d)), Selection(limit=2))
     assert res.matched == 5 and len(res.selected) == 2 and res.rows[0].attempts == 5

@@ -5,10 +5,10 @@ advantages are all 0, so it gives no learning signal (docs/design.md, "The objec
 
 Example::
 
-    from agentrl.types import Trajectory
+    from agentrl.types import Trajectory, Verdict
     acc = SummaryAccumulator("step 1")
     for g, r in [("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0)]:
-        acc.add(Trajectory([1, 2], 1, [0, 1], [0.0, -0.1], [], [], reward=r, group_id=g))
+        acc.add(Trajectory([1, 2], 1, [0, 1], [0.0, -0.1], [], [], verdict=Verdict(r), group_id=g))
     row = acc.row()
     assert (row.attempts, row.groups, row.zero_variance_groups) == (4, 2, 1)
     assert row.reward_mean == 0.75
@@ -94,7 +94,6 @@ class SummaryAccumulator:
 
 def segment_note(t: Trajectory) -> str:
     """For an OpenAI-API agent's attempt that was split (its history rewritten): which part."""
-    n = t.metadata.get("segments")
-    if not isinstance(n, int) or n < 2:
+    if t.agent is None or t.agent.segments < 2:
         return ""
-    return f"  · segment {int(t.metadata.get('segment', 0)) + 1} of {n} (the agent rewrote its history)"
+    return f"  · segment {t.agent.index + 1} of {t.agent.segments} (the agent rewrote its history)"

@@ -13,9 +13,9 @@ Example::
     from rich.console import Console
     from agentrl.inspect.decode import Decoding, table_decoder
     from agentrl.inspect.loader import Record
-    from agentrl.types import Span, Trajectory
+    from agentrl.types import Span, TrainerMarks, Trajectory, Verdict
     t = Trajectory([1, 2], 1, [0, 1], [0.0, -0.5], [Span(0, 1, "prompt"), Span(1, 2, "model")], [],
-                   reward=1.0, advantage=0.5)
+                   verdict=Verdict(1.0), trained=TrainerMarks(advantage=0.5))
     out = io.StringIO()
     console = Console(file=out, width=100, color_system=None)
     print_trajectory(console, Record(t, Path("r.jsonl"), 1, 1), Decoding(table_decoder({1: "Q", 2: "A"}), "test"))

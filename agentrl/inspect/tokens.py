@@ -11,9 +11,10 @@ trainer scores the tokens as the sampler did; a ρ far from 1 points at a mismat
 
 Example::
 
-    from agentrl.types import Span, Trajectory
+    from agentrl.types import Span, TrainerMarks, Trajectory
     t = Trajectory([5, 6, 7], 1, [0, 1, 1], [0.0, -1.0, -2.0],
-                   [Span(0, 1, "prompt"), Span(1, 3, "model")], [], old_logprobs=[0.0, -1.0, -1.5])
+                   [Span(0, 1, "prompt"), Span(1, 3, "model")], [],
+                   trained=TrainerMarks(old_logprobs=[0.0, -1.0, -1.5]))
     assert token_kinds(t) == ["prompt", "model", "model"]
     r = ratios(t)
     assert r[0] is None and r[1] == 1.0 and abs(r[2] - 1.6487) < 1e-4

@@ -7,7 +7,7 @@ that attempt's, and turns what the endpoint captured into trajectories (one per 
 see ``capture.py``). All attempts run concurrently; the engine batches their requests.
 
 An attempt gets ``timeout_s`` of wall time and ``max_sampled_tokens`` sampled tokens. An agent
-that raises or runs out of time gets reward 0 and its error in ``metadata["agent_error"]``;
+that raises or runs out of time gets ``Verdict(0.0)`` and its error in ``agent.error``;
 the batch goes on. The final answer the agent returns (text, or its final messages) becomes
 the last assistant message of the attempt's last trajectory, which the checker scores.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentrl.chat import ChatTemplate
 from agentrl.rollout.base import RolloutBatch, RolloutConfig, RolloutStats
@@ -36,7 +36,7 @@ from agentrl.serve.protocol import parse_messages, RequestError
 from agentrl.serve.server import EndpointServer
 from agentrl.serve.service import AttemptBudget, ChatService
 from agentrl.toolbox import ToolBox
-from agentrl.types import Message, Task, Trajectory
+from agentrl.types import AgentSegment, Message, Task, Trajectory, Verdict
 
 
 @dataclass
@@ -96,7 +96,8 @@ class AgentRunner:
         start = time.perf_counter()
         server = self.server
         self.service.default_budget = self._budget(None, ("", 0))  # the config may have changed (eval)
-        busy0 = getattr(getattr(self.engine, "batcher_stats", None), "busy_s", 0.0)
+        batcher = self.engine.batcher_stats
+        busy0 = batcher.busy_s if batcher is not None else 0.0
         jobs = []
         for task in tasks:
             for i in range(num_samples):
@@ -114,7 +115,7 @@ class AgentRunner:
         stats = RolloutStats(total_s=time.perf_counter() - start, loop="agent",
                              sampled_tokens=sum(t.num_model_tokens for t in trajectories),
                              turns=sum(t.turns for t in trajectories))
-        stats.generate_s = getattr(getattr(self.engine, "batcher_stats", None), "busy_s", 0.0) - busy0
+        stats.generate_s = batcher.busy_s - busy0 if batcher is not None else 0.0
         return RolloutBatch(trajectories, stats)
 
     async def _attempt(self, task: Task, index: int, group: str, key: str, client) -> list[Trajectory]:
@@ -135,15 +136,14 @@ class AgentRunner:
             capture = self.service.close_attempt(key)
             await client.close()
         trajs = capture.trajectories(group_id=group, sample_index=index, task_id=task.id, family=task.family,
-                                     policy_version=getattr(self.engine, "policy_version", 0))
+                                     policy_version=self.engine.policy_version)
         if not trajs:
             return []
         if error is None:
             error = _attach_answer(trajs[-1], answer)
-        for t in trajs:
-            t.metadata["splits"] = capture.splits
-            if error is not None:
-                t.reward, t.metadata["agent_error"] = 0.0, error
+        if error is not None:  # capture set each trajectory's AgentSegment
+            for t in trajs:
+                t.verdict, t.agent = Verdict(0.0), replace(t.agent, error=error)
         return trajs
 
 
@@ -171,13 +171,13 @@ def agent_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """``agent/*`` metrics of a batch run by an ``AgentRunner`` (empty for other batches):
     ``splits`` (history rewrites per attempt), ``segments`` (trajectories per attempt),
     ``errors`` (share of attempts whose agent raised or timed out)."""
-    attempts: dict[tuple[str, int], Trajectory] = {}
+    attempts: dict[tuple[str, int], AgentSegment] = {}
     for t in trajs:
-        if "splits" in t.metadata:
-            attempts[(t.group_id, t.sample_index)] = t
+        if t.agent is not None:
+            attempts[(t.group_id, t.sample_index)] = t.agent
     if not attempts:
         return {}
     n = len(attempts)
-    return {"agent/splits": sum(t.metadata["splits"] for t in attempts.values()) / n,
-            "agent/segments": sum(1 for t in trajs if "splits" in t.metadata) / n,
-            "agent/errors": sum("agent_error" in t.metadata for t in attempts.values()) / n}
+    return {"agent/splits": sum(a.splits for a in attempts.values()) / n,
+            "agent/segments": sum(1 for t in trajs if t.agent is not None) / n,
+            "agent/errors": sum(a.error is not None for a in attempts.values()) / n}

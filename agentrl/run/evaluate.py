@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from agentrl.rollout import RolloutRunner
-from agentrl.types import Task, Trajectory
+from agentrl.types import Task, Trajectory, Verdict
 
 
 @dataclass
@@ -27,23 +27,22 @@ class EvalResult:
 
 
 def score_all(env, tasks_by_id: dict[str, Task], trajs: list[Trajectory]) -> None:
-    """Fill ``reward`` (and the checker's explanation, ``score``) in place, once per attempt.
+    """Set each trajectory's ``verdict`` (reward and the checker's info) in place, once per attempt.
 
     An attempt split into several trajectories (an OpenAI-API agent that rewrote its history:
     same ``group_id`` and ``sample_index``) is scored on its last one, and every segment
-    carries that reward. A reward set before scoring (an agent that failed: 0) stands."""
+    carries that verdict. A verdict set before scoring (an agent that failed: 0) stands."""
     last: dict[tuple[str, int], Trajectory] = {}
     for t in trajs:
         last[(t.group_id, t.sample_index)] = t
     for t in last.values():
-        if t.reward is None:
+        if t.verdict is None:
             s = env.score(tasks_by_id[t.task_id], t.messages)
-            t.reward = float(s.reward)
-            t.score = dict(s.info)
+            t.verdict = Verdict(float(s.reward), dict(s.info))
     for t in trajs:
-        src = last[(t.group_id, t.sample_index)]
-        if t is not src:
-            t.reward, t.score = src.reward, dict(src.score)
+        v = last[(t.group_id, t.sample_index)].verdict
+        if v is not None and t.verdict is not v:  # the attempt's earlier segments get a copy
+            t.verdict = Verdict(v.reward, dict(v.info))
 
 
 def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalResult:

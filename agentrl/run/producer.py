@@ -99,7 +99,7 @@ def split_stale(trajs: list[Trajectory], trainer_version: int, max_staleness: in
         if s > max_staleness:
             dropped += 1
             continue
-        t.staleness = s
+        t.trained.staleness = s
         kept.append(t)
         stale.append(s)
     return StalenessSplit(kept, stale, dropped)

@@ -260,7 +260,7 @@ class Trainer:
         keep = filt.keep.tolist()
         for t, k in zip(trajs, keep):
             if not k:
-                t.filtered = True
+                t.trained.filtered = True
         t1 = time.perf_counter()
         st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
                          self.update_settings, ref_model=self.ref_model)
@@ -332,7 +332,7 @@ class Trainer:
         cfg = self.cfg
         self.log(with_lines(self.objective.describe(), describe_async(cfg, self._is_defaulted)))
         self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}")
-        iso = {getattr(t, "isolation_level", None) for t in self.runner.toolbox.tools.values()} - {None}
+        iso = {t.isolation_level for t in self.runner.toolbox.tools.values()} - {None}
         if iso:
             self.log(f"tool isolation: {', '.join(sorted(iso))}")
         final = None

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from agentrl.chat import ChatTemplate
 from agentrl.engines.base import Generation
 from agentrl.types import TokenSequence
-from agentrl.types import Message, ToolCall, ToolCallRecord, Trajectory
+from agentrl.types import AgentSegment, Message, ToolCall, ToolCallRecord, Trajectory
 
 
 @dataclass
@@ -108,15 +108,15 @@ class AttemptCapture:
 
     def trajectories(self, *, group_id: str, sample_index: int, task_id: str, family: str,
                      policy_version: int) -> list[Trajectory]:
-        """One trajectory per segment that sampled anything, in order."""
-        out = []
+        """One trajectory per segment that sampled anything, in order; ``agent`` says which."""
+        out, n = [], sum(1 for s in self.segments if s.turns)
         for k, seg in enumerate(s for s in self.segments if s.turns):
             out.append(Trajectory(tool_calls=tool_records(seg.messages),
                 token_ids=seg.seq.token_ids, prompt_len=seg.seq.spans[0].end, loss_mask=seg.seq.loss_mask,
                 logprobs=seg.seq.logprobs, spans=seg.seq.spans, messages=list(seg.messages),
                 group_id=group_id, sample_index=sample_index, finish_reason=seg.finish_reason,
                 policy_version=policy_version, task_id=task_id, family=family, turns=seg.turns,
-                metadata={"segment": k, "segments": sum(1 for s in self.segments if s.turns)}))
+                agent=AgentSegment(index=k, segments=n, splits=self.splits)))
         return out
 
 
