@@ -111,13 +111,22 @@ class TurnScript:
         return head + tail
 
 
-class ScriptedTurnsEngine:
-    """Samples for real with ``inner``, returns the script's ids (see the module docstring)."""
+class WrappedEngine:
+    """An engine that changes what is sampled and nothing else: the protocol's bookkeeping
+    (capabilities, policy version, weight sync, sleep, batcher counters) and every attribute
+    the wrapper does not define (``tokenizer``, ...) are the ``inner`` engine's."""
 
-    def __init__(self, inner, script: TurnScript):
+    def __init__(self, inner):
         self.inner = inner
-        self.script = script
-        self.tokenizer = inner.tokenizer  # the HF and vLLM engines keep theirs
+
+    def __getattr__(self, name: str):
+        if name == "inner":  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def capabilities(self):
+        return self.inner.capabilities
 
     @property
     def policy_version(self) -> int:
@@ -127,19 +136,23 @@ class ScriptedTurnsEngine:
     def policy_version(self, value: int) -> None:
         self.inner.policy_version = value
 
+    @property
+    def batcher_stats(self):
+        return self.inner.batcher_stats
+
     def sync_weights(self, model=None) -> None:
         self.inner.sync_weights(model)
 
     def sleep(self) -> None:
         self.inner.sleep()
 
-    @property
-    def capabilities(self):
-        return self.inner.capabilities
 
-    @property
-    def batcher_stats(self):
-        return self.inner.batcher_stats
+class ScriptedTurnsEngine(WrappedEngine):
+    """Samples for real with ``inner``, returns the script's ids (see the module docstring)."""
+
+    def __init__(self, inner, script: TurnScript):
+        super().__init__(inner)
+        self.script = script
 
     def _forced(self, params: SamplingParams) -> SamplingParams:
         return replace(params, max_new_tokens=self.script.turn_tokens, stop_token_ids=[], stop_strings=[])

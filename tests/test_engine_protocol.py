@@ -23,7 +23,7 @@ from agentrl.engines.driver import BatcherStats
 from agentrl.engines.scripted import PerRequestScriptedEngine, ScriptedEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from gpu_check.engines import FixedTokensEngine, ForwardingScriptedTurns  # noqa: E402
+from gpu_check.engines import FixedTokensEngine  # noqa: E402
 from scripted_turns import ScriptedTurnsEngine  # noqa: E402
 
 PROTOCOL_MEMBERS = set(Engine.__annotations__) | {n for n, v in vars(Engine).items()
@@ -38,7 +38,7 @@ def missing_members(cls: type) -> set[str]:
 
 
 ENGINE_CLASSES = [*(engine_class(name) for name in ENGINES), ScriptedEngine, PerRequestScriptedEngine,
-                  ScriptedTurnsEngine, ForwardingScriptedTurns, FixedTokensEngine]
+                  ScriptedTurnsEngine, FixedTokensEngine]
 
 
 def test_the_protocol_declares_what_callers_use():
@@ -101,7 +101,7 @@ def test_scripted_engines_have_every_member():
 
 def test_benchmark_wrappers_have_every_member():
     inner = PerRequestScriptedEngine([[5, 2]])
-    for engine in (ScriptedTurnsEngine(inner, None), ForwardingScriptedTurns(inner, None),
+    for engine in (ScriptedTurnsEngine(inner, None),
                    FixedTokensEngine(inner, plain_ids=10)):
         _check_instance(engine)
         assert inner.policy_version == engine.policy_version

@@ -1,8 +1,7 @@
-"""Engine wrappers the policy sections swap into ``trainer.runner`` for one step.
-
-Both declare every member of ``agentrl.engines.base.Engine`` (forwarding the capabilities,
-policy version and weight sync to the real engine) and forward any other attribute they do not
-define (``tokenizer``, ...); only what is sampled changes.
+"""Engine wrappers the policy sections swap into ``trainer.runner`` for one step: the fixed-token
+engine here, and ``benchmarks/scripted_turns.py``'s ``ScriptedTurnsEngine``. Both are
+``WrappedEngine``s: every member of ``agentrl.engines.base.Engine`` but sampling, and every
+other attribute, is the real engine's; only what is sampled changes.
 """
 
 from __future__ import annotations
@@ -10,19 +9,10 @@ from __future__ import annotations
 import contextlib
 import random
 
-from scripted_turns import ScriptedTurnsEngine
+from scripted_turns import WrappedEngine
 
 
-class ForwardingScriptedTurns(ScriptedTurnsEngine):
-    """``benchmarks/scripted_turns.py``'s forced tool-call turns, forwarding unknown attributes."""
-
-    def __getattr__(self, name: str):
-        if name == "inner":  # not set yet (copy/pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
-class FixedTokensEngine:
+class FixedTokensEngine(WrappedEngine):
     """Answers every row with ``max_new_tokens`` random ordinary token ids at once (no model call).
 
     For timing the update on a batch of known shape: the rollout costs next to nothing and
@@ -35,32 +25,9 @@ class FixedTokensEngine:
     batcher_stats = None  # no batcher: nothing is computed
 
     def __init__(self, inner, plain_ids: int, seed: int = 0):
-        self.inner = inner
+        super().__init__(inner)
         self.plain_ids = plain_ids
         self.rng = random.Random(seed)
-
-    def __getattr__(self, name: str):
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    @property
-    def capabilities(self):
-        return self.inner.capabilities
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    @policy_version.setter
-    def policy_version(self, value: int) -> None:
-        self.inner.policy_version = value
-
-    def sync_weights(self, model=None) -> None:
-        self.inner.sync_weights(model)
-
-    def sleep(self) -> None:
-        self.inner.sleep()
 
     def _fixed(self, n: int):
         from agentrl.engines.base import Generation

@@ -126,7 +126,8 @@ def run_train_step(profile: Profile, work: Path, model_dir: Path, state: PolicyS
     import torch
 
     from agentrl import read_jsonl
-    from gpu_check.engines import ForwardingScriptedTurns, runner_engine
+    from gpu_check.engines import runner_engine
+    from scripted_turns import ScriptedTurnsEngine
 
     on_cuda = profile.device.startswith("cuda")
     t0 = time.perf_counter()
@@ -142,7 +143,7 @@ def run_train_step(profile: Profile, work: Path, model_dir: Path, state: PolicyS
     data.steps.append(step_timing("free", trainer.train_step(1)))
     state.free = read_jsonl(str(rollouts / "step_000001.jsonl"))
     script = arithmetic_script(trainer, profile.scripted_turn_tokens, profile.scripted_tool_turns)
-    with runner_engine(trainer, ForwardingScriptedTurns(trainer.runner.engine, script)):
+    with runner_engine(trainer, ScriptedTurnsEngine(trainer.runner.engine, script)):
         data.steps.append(step_timing("scripted-tools", trainer.train_step(2)))
     state.scripted = read_jsonl(str(rollouts / "step_000002.jsonl"))
     if on_cuda:

@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agentrl.chat.formats import (atem_xml, code_block, deepseek_v3, gemma4, glm4, harmony, hermes, llama3_json, mistral,
-                             pythonic, qwen_xml)
+from agentrl.chat.formats import (atem_xml, code_block, deepseek_v3, gemma4, glm4, harmony, hermes, llama3_json,
+                                  mistral, pythonic, qwen_xml)
 from agentrl.chat.formats.base import ParsedTurn, ToolCallFormat, ToolSchemas
 from agentrl.types import Message, ToolCall
 
