@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | inspect | check-template | serve."""
+"""The ``agentrl`` command: train | eval | inspect | check-template | serve | config."""
 
 from __future__ import annotations
 
@@ -9,16 +9,30 @@ import sys
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from agentrl.run.config import load_config
+    """CONFIG may be a YAML file, a run directory or a run's config.yaml; on ``resume=true``
+    the run's saved config is used and only ``agentrl.run.resume.RESUMABLE`` overrides pass."""
+    from agentrl.run.config import ConfigError
+    from agentrl.run.report import run_report
+    from agentrl.run.resume import load_train_config, resume_hint
     from agentrl.run.trainer import Trainer
 
-    cfg = load_config(args.config, args.overrides)
+    main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 speaks for the run
+    cfg = load_train_config(args.config, args.overrides, log=print if main_rank else (lambda *a: None))
     try:
         result = Trainer(cfg).train()
     except KeyboardInterrupt:
-        print(f"stopped; resume with: agentrl train {args.config} resume=true", file=sys.stderr)
+        if main_rank:
+            print(run_report(cfg.run_dir), file=sys.stderr)
+        print(f"stopped; {resume_hint(cfg.run_dir)}", file=sys.stderr)
         return 130
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 owns the run directory
+    except ConfigError:
+        raise
+    except Exception:  # a crash: say how to continue, then the traceback
+        if main_rank:
+            print(f"the run stopped on an error (traceback below); {resume_hint(cfg.run_dir)}", file=sys.stderr)
+        raise
+    if main_rank:
+        print(run_report(result.run_dir))
         print(f"run written to {result.run_dir}  ({result.summary()})")
     return 0
 
@@ -54,15 +68,38 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                  max_total_tokens=args.max_total_tokens, max_new_tokens=args.max_new_tokens)
 
 
+def _cmd_config(args: argparse.Namespace) -> int:
+    from agentrl.run.config_doc import render_markdown, render_text
+
+    if args.markdown:
+        if args.section:
+            print("error: --markdown prints the whole reference (docs/config.md); drop SECTION", file=sys.stderr)
+            return 2
+        sys.stdout.write(render_markdown())
+        return 0
+    try:
+        sys.stdout.write(render_text(args.section))
+    except KeyError as err:
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "inspect":  # the inspector owns its own argument parser
         return _cmd_inspect(argv[1:])
     p = argparse.ArgumentParser(prog="agentrl", description="Train tool-using LLM agents with GRPO.")
+    # agentrl.__version__ from the package, imported before any of its modules (an `import agentrl`
+    # here would run sideways in the import graph: cli and agentrl share the top layer)
+    p.add_argument("--version", action="version", version=f"agentrl {sys.modules['agentrl'].__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train from a YAML config; key.sub=value overrides follow")
+    t = sub.add_parser("train", help="train from a YAML config; key.sub=value overrides follow",
+                       epilog="Every config key, its type, default and meaning: `agentrl config` "
+                              "(one section: `agentrl config algo`), or docs/config.md.")
     t.add_argument("config")
-    t.add_argument("overrides", nargs="*", help="e.g. train.steps=10 output_dir=/tmp/run resume=true")
+    t.add_argument("overrides", nargs="*", help="e.g. train.steps=10 output_dir=/tmp/run resume=true "
+                                                "(the keys: agentrl config)")
     t.set_defaults(fn=_cmd_train)
     e = sub.add_parser("eval", help="evaluate a checkpoint on the held-out split")
     e.add_argument("config")
@@ -85,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--max-total-tokens", type=int, default=4096, help="context: prompt + completion")
     s.add_argument("--max-new-tokens", type=int, default=1024, help="completion tokens when a request sets none")
     s.set_defaults(fn=_cmd_serve)
+    g = sub.add_parser("config", help="the config reference: every key with its type, default and meaning")
+    g.add_argument("section", nargs="?", default=None,
+                   help="one section (model, env, rollout, algo, train, ...) or one key (algo.eps_high)")
+    g.add_argument("--markdown", action="store_true", help="the whole reference as Markdown (docs/config.md)")
+    g.set_defaults(fn=_cmd_config)
     args = p.parse_args(argv)
     from agentrl.run.config import ConfigError
 

@@ -128,11 +128,11 @@ def test_docstring_sphinx_and_missing() -> None:
     d = parse_docstring("Do it.\n\n:param x: the x\n:param int y: the y\n:returns: nothing")
     assert d.description == "Do it." and d.args == {"x": "the x", "y": "the y"}
 
-    @tool
     def bare(x: int) -> int:
         return x
 
-    assert bare.description == "" and bare.parameters["properties"] == {"x": {"type": "integer"}}
+    with pytest.raises(ValueError, match="has no description"):  # issue 32: tests/test_tool_docstrings.py
+        tool(bare)
 
 
 def test_overrides_and_still_callable() -> None:

@@ -111,6 +111,8 @@ def test_kill9_mid_step_then_resume(tmp_path):
     assert evals and "None" not in summary, summary
     assert f"{evals[0][1]:.3f} (step {evals[0][0]})" in summary and f"(step {evals[-1][0]})" in summary, summary
     assert "Writing model shards" not in out
+    # the end-of-run summary covers the whole run, the steps before the kill included
+    assert "── run summary" in out and "in 4 steps" in out and f"agentrl inspect {run} --step last" in out, out
     for p in sorted((run / "rollouts").glob("step_*.jsonl")):
         for t in read_jsonl(str(p)):
             t.check()

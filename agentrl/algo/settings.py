@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from agentrl.types import ConfigError
+
 
 @dataclass(frozen=True)
 class AlgoConfig:
@@ -24,7 +26,7 @@ class AlgoConfig:
     # std "population" divides by G, "sample" by G - 1; a group with std < std_floor gets A = 0
     std: Literal["population", "sample"] = "population"
     scale: Literal["std", "none"] = "std"  # "none" = Dr. GRPO
-    std_floor: float = 1e-6
+    std_floor: float = 1e-6  # groups whose reward std is below this get advantage 0
     # clipped surrogate L_t = -min(ρA, clip(ρ, 1-eps_low, 1+eps_high)A), ρ = π_θ/π_old;
     # clip-higher when eps_high > eps_low; dual clip for A < 0: L_t = min(L_t, -c·A)
     eps_low: float = 0.2
@@ -35,7 +37,7 @@ class AlgoConfig:
     norm_len: int | None = None  # Dr. GRPO normalizer; None = rollout.max_total_tokens
     # KL to the frozen reference: L_t += β·KL_t
     kl_coef: float = 0.0  # β; 0 loads no reference model
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # per-token KL estimate (Schulman's k1, k2, k3)
     # truncated importance weight min(π_old/μ, C) against the sampler μ ("none": off)
     is_level: Literal["none", "token", "sequence"] = "none"
     is_cap: float = 2.0  # C in min(π_old/μ, C)
@@ -47,3 +49,21 @@ class AlgoConfig:
     # "max_turns" (still calling tools at rollout.max_turns) leave the loss (DAPO overlong filtering)
     mask_truncated: bool = False
     drop_void_turns: bool = False  # attempts with a void turn leave the loss (SimpleTIR)
+
+    def __post_init__(self) -> None:
+        """Refuse out-of-range values (``Objective`` inherits this), naming the key and the range."""
+        rules = [
+            ("num_samples", self.num_samples >= 2, ">= 2: GRPO's baseline is the mean of a prompt's G attempts, "
+                                                   "so with G=1 every advantage is 0 and nothing is learned"),
+            ("std_floor", self.std_floor > 0, "> 0 (it detects zero-variance groups)"),
+            ("eps_low", self.eps_low >= 0, ">= 0 (e.g. 0.2)"),
+            ("eps_high", self.eps_high >= 0, ">= 0 (e.g. 0.2, or 0.28 for clip-higher)"),
+            ("dual_clip", self.dual_clip is None or self.dual_clip > 1, "> 1 (e.g. 3.0), or null for off"),
+            ("norm_len", self.norm_len is None or self.norm_len >= 1, ">= 1, or null for rollout.max_total_tokens"),
+            ("kl_coef", self.kl_coef >= 0, ">= 0 (0 = no KL term)"),
+            ("is_cap", self.is_cap > 0, "> 0 (e.g. 2.0)"),
+            ("max_refills", self.max_refills >= 0, ">= 0"),
+        ]
+        for key, ok, valid in rules:
+            if not ok:
+                raise ConfigError(f"algo.{key}={getattr(self, key)!r} is out of range: use {valid}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from agentrl.types import Task, Trajectory
+from agentrl.types import ConfigError, Task, Trajectory
 
 if TYPE_CHECKING:
     from agentrl.chat import ChatTemplate
@@ -30,9 +30,9 @@ class RolloutConfig:
     max_turns: int = 4  # model turns per attempt
     max_new_tokens: int = 256  # per model turn
     max_total_tokens: int = 2048  # whole sequence, prompt included
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop_strings: list[str] = field(default_factory=list)
+    temperature: float = 1.0  # sampling temperature of training rollouts
+    top_p: float = 1.0  # nucleus sampling; 1.0 = off
+    stop_strings: list[str] = field(default_factory=list)  # more strings that end a model turn
     # A turn with no tool call that does not match this counts as "void" (SimpleTIR);
     # None: the environment's ``answer_pattern`` when it has one, else <answer>...</answer>.
     answer_pattern: str | None = None
@@ -41,7 +41,14 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         if self.loop not in LOOPS:
-            raise ValueError(f"rollout.loop={self.loop!r}: choose one of {', '.join(LOOPS)}")
+            raise ConfigError(f"rollout.loop={self.loop!r}: choose one of {', '.join(LOOPS)}")
+        rules = [("max_turns", self.max_turns >= 1, ">= 1"), ("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
+                 ("max_total_tokens", self.max_total_tokens >= 1, ">= 1"),
+                 ("temperature", self.temperature >= 0, ">= 0 (0 = greedy)"),
+                 ("top_p", 0 < self.top_p <= 1, "a value in (0, 1]")]
+        for key, ok, valid in rules:
+            if not ok:
+                raise ConfigError(f"rollout.{key}={getattr(self, key)!r} is out of range: use {valid}")
 
 
 LOOPS = ("auto", "attempt", "lockstep")

@@ -43,20 +43,54 @@ def set_threads(num_threads: int | None, model: torch.nn.Module | None = None) -
 
 
 def _import_module_or_file(name: str):
-    """A module by dotted name, or a Python file by path (relative to the working directory)."""
+    """A module by dotted name, or a Python file by path (both relative to the working directory).
+
+    - ``pkg.myenv``: imported from sys.path; when it is not there but ``./pkg/myenv.py`` (or a
+      package ``./pkg/myenv/``) is, the working directory goes first on sys.path and it is
+      imported from there (the ``agentrl`` script, unlike ``python -m``, does not put the working
+      directory on sys.path), so ``env.name=myenv:MyEnv`` loads ``./myenv.py``;
+    - ``path/to/myenv.py``: loaded from that file; its folder goes first on sys.path (as
+      ``python path/to/myenv.py`` would put it) and stays there, so the file can import the
+      modules beside it, at import time and later inside its methods.
+    """
+    def put_first_on_path(folder: Path) -> None:
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+
+    cwd = Path.cwd()
     if not name.endswith(".py"):
-        return importlib.import_module(name)
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            # Only the module itself (or its package) being absent falls back to the working
+            # directory; a module that is found but fails on an import of its own says so as is.
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise
+            local = cwd.joinpath(*name.split("."))
+            if not (local.with_suffix(".py").is_file() or (local / "__init__.py").is_file()):
+                raise ImportError(
+                    f"no module named {name!r} on sys.path, and no file {local.with_suffix('.py')}; give "
+                    f"an importable module (mypackage.myenv:MyEnv) or a file path (path/to/{local.name}.py:MyEnv)"
+                ) from None
+            put_first_on_path(cwd)
+            importlib.invalidate_caches()
+            return importlib.import_module(name)
 
     path = Path(name).resolve()
     if not path.is_file():
-        raise ImportError(f"no file {path}")
+        raise ImportError(f"no file {path} (a path relative to the working directory {cwd})")
     mod_name = f"agentrl_user_{path.stem}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
+    put_first_on_path(path.parent)  # its sibling modules import by their plain names
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[mod_name]  # a failed load is not cached: fixing the file and retrying works
+        raise
     return module
 
 
@@ -66,7 +100,8 @@ def make_env(cfg: Config):
     if ":" not in target:
         raise ConfigError(
             f"env.name={cfg.env.name!r} is not a built-in environment ({', '.join(BUILTIN_ENVS)}) "
-            "nor an import path like 'mypackage.myenv:MyEnv' or 'path/to/file.py:MyEnv'"
+            "nor an import path like 'mypackage.myenv:MyEnv' (a module, also found as ./mypackage/myenv.py) "
+            "or 'path/to/file.py:MyEnv' (a file)"
         )
     mod_name, cls_name = target.rsplit(":", 1)
     try:
@@ -110,12 +145,18 @@ def resolve_model_path(cfg: Config, env=None) -> str:
 
 
 def load_model_and_tokenizer(path: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """``from_pretrained`` with one clear message when the model cannot be had offline."""
+    """``from_pretrained`` with one clear message when the model cannot be had offline.
+
+    A hub name loads from the local Hugging Face cache without asking the hub when
+    ``HF_HUB_OFFLINE`` is set or the hub does not answer within seconds, and fails at once
+    when it is not cached (``agentrl.models.names``), instead of after a minute of retries."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from agentrl.models.names import from_pretrained
+
     try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tok = from_pretrained(AutoTokenizer, path)
+        model = from_pretrained(AutoModelForCausalLM, path, dtype=dtype)
     except OSError as e:
         local = Path(path).exists()
         hint = (
@@ -123,7 +164,7 @@ def load_model_and_tokenizer(path: str, device: str = "cpu", dtype: torch.dtype 
             if local
             else f"'{path}' is not a local directory and could not be fetched from the Hugging Face hub "
             "(offline or unknown name). Download it where you have network "
-            "(huggingface-cli download NAME --local-dir DIR) and set model.path=DIR, "
+            "(`hf download NAME --local-dir DIR`) and set model.path=DIR, "
             "or use model.path=tiny for the offline tiny model"
         )
         raise ConfigError(f"cannot load model: {hint}. ({type(e).__name__}: {str(e).splitlines()[0]})") from e

@@ -28,6 +28,12 @@ from agentrl.scale.config import LoRAConfig, ParallelConfig  # noqa: F401  (sect
 from agentrl.types import ConfigError  # noqa: F401  (raised here; importable from here)
 
 
+def check_ranges(section: str, obj: Any, rules: list[tuple[str, bool, str]]) -> None:
+    """Raise one ConfigError for the first ``(key, ok, valid range)`` rule that fails."""
+    for key, ok, valid in rules:
+        if not ok:
+            raise ConfigError(f"{section}.{key}={getattr(obj, key)!r} is out of range: use {valid}")
+
 
 @dataclass
 class ModelConfig:
@@ -44,7 +50,7 @@ class ModelConfig:
     # torch CPU threads; None = 1 for a model under 50M parameters on CPU, else
     # min(2, cores // local ranks) (agentrl.run.build.set_threads)
     num_threads: int | None = None
-    device: str = "cpu"
+    device: str = "cpu"  # where the model runs and trains: "cpu", "cuda", "cuda:1"
     engine: str = "hf"  # generation backend: a name in agentrl.engines.ENGINES ("hf", "vllm")
     engine_args: dict[str, Any] = field(default_factory=dict)  # e.g. {gpu_memory_utilization: 0.3}
 
@@ -53,11 +59,15 @@ class ModelConfig:
 
         if self.engine not in ENGINES:
             raise ConfigError(f"model.engine: {self.engine!r} is not one of {list(ENGINES)}")
+        check_ranges("model", self, [("num_threads", self.num_threads is None or self.num_threads >= 1,
+                                      ">= 1, or null for the default")])
 
 
 @dataclass
 class EnvConfig:
-    name: str = "arithmetic"  # built-in name, or "package.module:Class"
+    # built-in name, "package.module:Class" (a module on sys.path or ./package/module.py) or
+    # "path/to/file.py:Class" (a file; its folder goes on sys.path, so it imports its neighbours)
+    name: str = "arithmetic"
     args: dict[str, Any] = field(default_factory=dict)  # constructor keyword arguments
 
 
@@ -71,21 +81,32 @@ class ToolsConfig:
     # false for one interpreter per call
     fork_server: bool = True
 
+    def __post_init__(self) -> None:
+        check_ranges("tools", self, [("timeout", self.timeout > 0, "> 0 seconds"),
+                                     ("max_output_tokens", self.max_output_tokens >= 1, ">= 1")])
+
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6
-    warmup_steps: int = 0
-    schedule: Literal["constant", "cosine", "linear"] = "constant"
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    max_grad_norm: float = 1.0
+    lr: float = 1e-6  # AdamW peak learning rate
+    warmup_steps: int = 0  # steps of linear warm-up from 0 to lr
+    schedule: Literal["constant", "cosine", "linear"] = "constant"  # learning rate after the warm-up, over train.steps
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # AdamW (beta1, beta2)
+    max_grad_norm: float = 1.0  # gradients are clipped to this global norm
+
+    def __post_init__(self) -> None:
+        check_ranges("optim", self, [
+            ("lr", self.lr > 0, "> 0 (e.g. 1e-6)"), ("warmup_steps", self.warmup_steps >= 0, ">= 0"),
+            ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("betas", len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "two values in [0, 1)"),
+            ("max_grad_norm", self.max_grad_norm > 0, "> 0 (e.g. 1.0)")])
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 100
-    prompts_per_step: int = 8
+    steps: int = 100  # optimizer steps to run (one batch of rollouts each)
+    prompts_per_step: int = 8  # tasks per batch; each is attempted algo.num_samples times
     num_iterations: int = 1  # optimizer steps per batch (μ in the GRPO paper)
     micro_batch_tokens: int = 8192  # padded tokens per forward; bounds memory
     # Attempts with advantage 0 skip the update's passes when there is no KL term (same update;
@@ -97,9 +118,9 @@ class TrainConfig:
     # The G attempts of a task share their prompt: run it once per micro-batch in the update
     # (agentrl.algo.shared_prefix; same update up to float order). Single process only.
     share_prefix: bool = False
-    checkpoint_every: int = 10
-    keep_checkpoints: int = 2
-    log_rollouts: bool = True
+    checkpoint_every: int = 10  # steps between checkpoints (0 = every step); the last step is always saved
+    keep_checkpoints: int = 2  # newest checkpoints kept in <run>/checkpoints (0 = all)
+    log_rollouts: bool = True  # write each step's trajectories to <run>/rollouts/step_XXXXXX.jsonl
     # Asynchronous rollouts (docs/async.md): a rollout thread samples up to this many optimizer
     # steps ahead of the trainer; 0 = the synchronous loop (sample, then update, in turn).
     max_staleness: int = 0
@@ -107,15 +128,27 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.autocast not in ("none", "bf16"):
             raise ConfigError(f"train.autocast={self.autocast!r}: use 'none' or 'bf16'")
+        check_ranges("train", self, [
+            ("steps", self.steps >= 1, ">= 1 (to evaluate without training: agentrl eval)"),
+            ("prompts_per_step", self.prompts_per_step >= 1, ">= 1"),
+            ("num_iterations", self.num_iterations >= 1, ">= 1"),
+            ("micro_batch_tokens", self.micro_batch_tokens >= 1, ">= 1"),
+            ("checkpoint_every", self.checkpoint_every >= 0, ">= 0 (0 = every step)"),
+            ("keep_checkpoints", self.keep_checkpoints >= 0, ">= 0 (0 = keep all)"),
+            ("max_staleness", self.max_staleness >= 0, ">= 0 (0 = synchronous rollouts)")])
 
 
 @dataclass
 class EvalConfig:
     every: int = 10  # steps between evaluations; 0 = only before and after
     num_tasks: int = 200  # held-out tasks (the first N of the test split)
-    greedy: bool = True
+    greedy: bool = True  # one greedy attempt per task (false: one sampled at rollout.temperature)
     pass_k: int = 0  # >0: also sample k attempts at the rollout temperature
-    at_start: bool = True
+    at_start: bool = True  # also evaluate before the first step
+
+    def __post_init__(self) -> None:
+        check_ranges("eval", self, [("every", self.every >= 0, ">= 0 (0 = only before and after)"),
+                                    ("num_tasks", self.num_tasks >= 0, ">= 0"), ("pass_k", self.pass_k >= 0, ">= 0")])
 
 
 CORRUPTION_KINDS: tuple[str, ...] = ("guess", "miscopy")
@@ -126,15 +159,15 @@ class SFTSettings:
     """Hyperparameters of the SFT warm start (agentrl.run.warmstart); every field is part of
     its cache key."""
 
-    num_demos: int = 2000
-    steps: int = 500
-    lr: float = 2e-3
-    batch_size: int = 16
-    warmup_steps: int = 20
+    num_demos: int = 2000  # demonstrations drawn from the environment
+    steps: int = 500  # SFT optimizer steps
+    lr: float = 2e-3  # SFT learning rate (AdamW)
+    batch_size: int = 16  # demonstrations per SFT step
+    warmup_steps: int = 20  # SFT steps of linear warm-up
     corruption: float = 0.75  # share of the mix made deliberately wrong
-    corruption_kind: Literal["guess", "miscopy"] = "guess"
+    corruption_kind: Literal["guess", "miscopy"] = "guess"  # wrong by skipping the tool, or by miscopying its result
     clean_steps: int | None = None  # first steps on correct demonstrations only; None = steps // 2
-    seed: int = 0
+    seed: int = 0  # seed of the demonstrations and their order
 
     @property
     def clean_phase(self) -> int:
@@ -155,7 +188,7 @@ class SFTSettings:
 class WarmStartConfig(SFTSettings):
     """Offline SFT on an environment's demonstrations before RL (cached per machine)."""
 
-    enabled: bool = False
+    enabled: bool = False  # run the warm start before RL (cached: a second run reuses it)
 
     def settings(self) -> SFTSettings:
         """The SFT hyperparameters alone: ``enabled`` is not part of the cache key."""
@@ -164,10 +197,10 @@ class WarmStartConfig(SFTSettings):
 
 @dataclass
 class Config:
-    name: str = "run"
+    name: str = "run"  # the run's name: its directory is runs/<name> unless output_dir is set
     output_dir: str | None = None  # default runs/<name>
-    seed: int = 0
-    resume: bool = False
+    seed: int = 0  # seeds the task draws, sampling and torch
+    resume: bool = False  # continue the run in the run directory from its last checkpoint
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
@@ -279,7 +312,14 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         key, raw = item.split("=", 1)
-        _set_path(tree, key.strip(), yaml.safe_load(raw) if raw != "" else "")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            k = key.strip()
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({problem}); write YAML, quoted "
+                              f"for the shell: {k}='\"a: b\"' for text, {k}='[a, b]' for a list") from None
+        _set_path(tree, key.strip(), value)
     return tree
 
 
@@ -290,6 +330,22 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _read_yaml(p: Path) -> Any:
+    """A YAML file's contents; malformed YAML is one ConfigError naming file, line, column."""
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{p}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(p)
+        what = e.problem or "malformed YAML"
+        if e.context and e.context_mark is not None and e.context_mark is not mark:
+            what += f" ({e.context} that starts at line {e.context_mark.line + 1})"
+        raise ConfigError(f"{where}: {what}; fix the YAML there (indent nested keys with spaces, "
+                          "quote values that hold ': ' or start with '{', '[', '*', '&')") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML ({e})") from None
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Read a YAML config (or defaults when ``path`` is None) and apply overrides."""
     data: dict[str, Any] = {}
@@ -297,7 +353,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
-        data = yaml.safe_load(p.read_text()) or {}
+        data = _read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
     data = _merge(data, parse_overrides(overrides or []))

@@ -37,12 +37,28 @@ def score_all(env, tasks_by_id: dict[str, Task], trajs: list[Trajectory]) -> Non
         last[(t.group_id, t.sample_index)] = t
     for t in last.values():
         if t.verdict is None:
-            s = env.score(tasks_by_id[t.task_id], t.messages)
+            s = _score(env, tasks_by_id[t.task_id], t)
             t.verdict = Verdict(float(s.reward), dict(s.info))
     for t in trajs:
         v = last[(t.group_id, t.sample_index)].verdict
         if v is not None and t.verdict is not v:  # the attempt's earlier segments get a copy
             t.verdict = Verdict(v.reward, dict(v.info))
+
+
+class CheckerError(RuntimeError):
+    """An environment's ``score(task, messages)`` raised; names the environment and the task."""
+
+
+def _score(env, task: Task, traj: Trajectory):
+    try:
+        return env.score(task, traj.messages)
+    except Exception as e:
+        last = traj.messages[-1].content if traj.messages else ""
+        raise CheckerError(
+            f"{type(env).__name__}.score raised on task {task.id!r} (attempt {traj.sample_index} of group "
+            f"{traj.group_id!r}): {type(e).__name__}: {e}. Fix the checker: score(task, messages) must return a "
+            f"Score for any transcript, e.g. reward 0 for a malformed or missing answer, never raise. The "
+            f"attempt's last message began {str(last)[:120]!r}") from e
 
 
 def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalResult:

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from agentrl.algo.objective import Objective
 from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
 from agentrl.run.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
-from agentrl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint_state, save_checkpoint
+from agentrl.run.checkpoint import TrainState, load_checkpoint_state, save_checkpoint
 from agentrl.run.collect import collect_step, draw_tasks, step_metrics
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.run.evaluate import EvalResult, evaluate
@@ -42,6 +42,7 @@ from agentrl.run.checkpoint_dcp import (is_sharded, load_sharded_checkpoint, loa
                                           save_sharded_checkpoint)
 from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
 from agentrl.run.rank_merge import StepShard, merge_eval_results, merge_step_shards
+from agentrl.run.resume import find_resume_checkpoint
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
 from agentrl.types import Task, Trajectory, write_jsonl
 
@@ -107,18 +108,9 @@ class Trainer:
         self.state = TrainState(step=0, policy_version=0)
 
     def _find_checkpoint(self) -> Path | None:
-        """The checkpoint to resume from (``resume=true``); refuses to overwrite a run's checkpoints."""
-        if self.cfg.resume:
-            ckpt = latest_checkpoint(self.run_dir)
-            if ckpt is None:
-                self.log(f"resume: no checkpoint in {self.run_dir}; starting fresh")
-            return ckpt
-        if (self.run_dir / "checkpoints").exists() and any((self.run_dir / "checkpoints").iterdir()):
-            raise ConfigError(
-                f"{self.run_dir} already holds checkpoints; pass resume=true to continue it "
-                "or output_dir=... for a new run"
-            )
-        return None
+        """The checkpoint to resume from (``resume=true``: only agentrl.run.resume.RESUMABLE
+        settings may differ from the run's saved config); refuses to overwrite a run's checkpoints."""
+        return find_resume_checkpoint(self.cfg, self.log, self.main)
 
     def _build_policy(self, ckpt: Path | None) -> None:
         """Policy, tokenizer, engine, chat template, tools, rollout runner and weight sync."""

@@ -21,8 +21,8 @@ class ParallelConfig:
 class LoRAConfig:
     """LoRA adapters through peft; with kl_coef > 0 the reference is the base (adapter off)."""
 
-    enabled: bool = False
-    r: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
+    enabled: bool = False  # train LoRA adapters instead of every weight
+    r: int = 16  # adapter rank
+    alpha: float = 32.0  # adapter scale alpha / r
+    dropout: float = 0.0  # dropout on the adapters' input
     target_modules: list[str] | str = "all-linear"  # peft names, e.g. [q_proj, v_proj]

@@ -1,7 +1,9 @@
 """The tool API: plain Python functions the agent can call, and the ToolBox that runs them.
 
 - ``tool.py``: ``@tool`` and :class:`Tool` (a function plus its schema), :class:`ToolContext`
-  (per-trajectory state), :class:`ToolResult` (one call's outcome);
+  (per-trajectory state), :class:`ToolResult` (one call's outcome); ``@tool`` checks the
+  docstring when it decorates: no description or an ``Args:`` entry naming no parameter raises
+  ValueError, a parameter without a description warns (the rules: ``tool.py``'s docstring);
 - ``box.py``: :class:`ToolBox`, which runs a rollout's calls and never raises;
 - ``schema.py``: JSON schema from type hints and Google-style docstrings, argument checks;
 - ``threads.py``: the reused worker threads that run synchronous tools, with time limits;

@@ -11,6 +11,11 @@ Type hints map to JSON schema as follows (``X`` any supported hint)::
     X | None, Optional[X] -> X with "null" added to its type (anyOf when X has no single type)
     Any -> {}           Annotated[X, "text"] -> X, "text" is the description if the docstring has none
 
+A parameter's description is its docstring entry (``Args:`` section, or ``:param x:``), else the
+text of an ``Annotated`` hint. :class:`FunctionSchema` also lists the docstring's mistakes, which
+``@tool`` reports at decoration (see :mod:`agentrl.toolbox.tool`): ``unknown_args`` (entries
+that name no parameter) and ``undocumented`` (parameters without a description).
+
 A parameter with a default is not required; a JSON-simple default (None, bool, number, str) is
 copied into the schema as ``"default"``. The parameters object has ``additionalProperties: false``
 so an argument the function does not take is reported instead of crashing the call.
@@ -45,7 +50,7 @@ import json
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
 
 from jsonschema import Draft202012Validator, ValidationError
@@ -64,10 +69,13 @@ _SPHINX_PARAM = re.compile(r"^:param\s+(?:[\w\[\], |.]+\s+)?(\w+)\s*:\s*(.*)$")
 
 @dataclass
 class FunctionSchema:
-    """Description and parameters schema derived from one function."""
+    """Description and parameters schema derived from one function, and what its docstring
+    got wrong."""
 
     description: str
     parameters: dict[str, Any]
+    unknown_args: list[str] = field(default_factory=list)  # docstring entries naming no parameter
+    undocumented: list[str] = field(default_factory=list)  # schema parameters with no description
 
 
 @dataclass
@@ -239,7 +247,10 @@ def function_schema(fn: Callable[..., Any], skip: set[str]) -> FunctionSchema:
             prop["default"] = param.default
         properties[pname] = prop
     parameters = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-    return FunctionSchema(description=doc.description, parameters=parameters)
+    names = inspect.signature(fn).parameters  # an injected (skipped) parameter may be documented too
+    return FunctionSchema(description=doc.description, parameters=parameters,
+                          unknown_args=[a for a in doc.args if a not in names],
+                          undocumented=[p for p, prop in properties.items() if "description" not in prop])
 
 
 def _annotated_text(hint: Any) -> str | None:

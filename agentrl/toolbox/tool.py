@@ -6,6 +6,18 @@ JSON schema from its type hints (mapping in :mod:`agentrl.toolbox.schema`). A pa
 annotated :class:`ToolContext` receives the per-trajectory context and is hidden from the
 schema. :class:`agentrl.toolbox.box.ToolBox` runs tools for a rollout.
 
+The docstring is what the model reads, so ``@tool`` checks it when it decorates (one rule for
+every tool, ``Tool(fn)`` and ``ToolBox([fn])`` included):
+
+- no description (no docstring text before the first section, and no ``description=``):
+  ``ValueError``; write a docstring or pass ``@tool(description="...")``;
+- an ``Args:`` entry (or ``:param x:``) that names no parameter of the function, usually a
+  typo or a renamed parameter: ``ValueError`` naming the entry and the parameters;
+- a parameter with no description (no ``Args:`` entry, no ``Annotated[X, "text"]``):
+  :class:`ToolDocWarning`, a warning, since a self-explaining name (``query``) can do.
+
+With ``parameters=`` (a schema given by hand) only the description is checked.
+
     >>> @tool
     ... def add(a: int, b: int) -> int:
     ...     '''Add two integers.
@@ -23,18 +35,26 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import difflib
 import inspect
+import os
+import sys
 import time
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from jsonschema import Draft202012Validator
 
 from agentrl.toolbox.output import to_text
-from agentrl.toolbox.schema import argument_errors, function_schema, quick_check, signature_hint
+from agentrl.toolbox.schema import FunctionSchema, argument_errors, function_schema, quick_check, signature_hint
 from agentrl.toolbox.threads import ToolTimeout, call_in_worker
+
+
+class ToolDocWarning(UserWarning):
+    """A tool parameter the model is told nothing about (see the module docstring's rules)."""
 
 
 @dataclass
@@ -107,6 +127,7 @@ class Tool:
         derived = function_schema(fn, skip={self._context_param} if self._context_param else set())
         self.description: str = description if description is not None else derived.description
         self.parameters: dict[str, Any] = parameters if parameters is not None else derived.parameters
+        _check_docstring(self.name, fn, self.description, None if parameters is not None else derived)
         Draft202012Validator.check_schema(self.parameters)
         self._validator = Draft202012Validator(self.parameters)
         self._quick_check = quick_check(self.parameters)
@@ -186,7 +207,12 @@ def tool(
 
     >>> @tool(name="plus", timeout=5)
     ... def add(a: int, b: int = 1) -> int:
-    ...     '''Add.'''
+    ...     '''Add.
+    ...
+    ...     Args:
+    ...         a: first term
+    ...         b: second term
+    ...     '''
     ...     return a + b
     >>> add.name, add.timeout, add.parameters["required"], add(a=2)
     ('plus', 5, ['a'], 3)
@@ -197,6 +223,58 @@ def tool(
         return Tool(f, name=name, description=description, timeout=timeout, max_output_tokens=max_output_tokens)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _check_docstring(name: str, fn: Callable[..., Any], description: str, derived: FunctionSchema | None) -> None:
+    """Apply the docstring rules of the module docstring; ``derived`` is None when the schema
+    was given by hand (``parameters=``)."""
+    where = _where(fn)
+    if not description.strip():
+        raise ValueError(
+            f"tool {name!r} ({where}) has no description, so the model sees only its name: give the "
+            "function a docstring whose first line says what it does (Google style, an `Args:` "
+            "section for the parameters), or pass @tool(description='...')"
+        )
+    if derived is None:
+        return
+    params = [p for p in inspect.signature(fn).parameters]
+    if derived.unknown_args:
+        hints = []
+        for entry in derived.unknown_args:
+            close = difflib.get_close_matches(entry, params, n=1)
+            hints.append(f"{entry!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"tool {name!r} ({where}): the docstring's `Args:` {'entry' if len(hints) == 1 else 'entries'} "
+            f"{', '.join(hints)} {'names' if len(hints) == 1 else 'name'} no parameter of the function "
+            f"(its parameters: {', '.join(params) or 'none'}); rename the entry to the parameter it "
+            "describes, or remove it"
+        )
+    if derived.undocumented:
+        missing = ", ".join(derived.undocumented)
+        warnings.warn(ToolDocWarning(
+            f"tool {name!r} ({where}): the model is told nothing about parameter(s) {missing}; "
+            f"describe each in the docstring's `Args:` section (`{derived.undocumented[0]}: what it is`)"
+        ), stacklevel=_outside_toolbox())
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    """``file.py:12`` where ``fn`` is defined (its qualified name when that is unknown)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return getattr(fn, "__qualname__", repr(fn))
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+_TOOLBOX_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _outside_toolbox() -> int:
+    """The ``stacklevel`` of the first frame outside agentrl/toolbox (the decorated function's
+    module), so a warning points at the user's code."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _TOOLBOX_DIR:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _context_parameter(fn: Callable[..., Any]) -> str | None:
