@@ -200,7 +200,7 @@ class Config:
     name: str = "run"  # the run's name: its directory is runs/<name> unless output_dir is set
     output_dir: str | None = None  # default runs/<name>
     seed: int = 0  # seeds the task draws, sampling and torch
-    resume: bool = False  # continue the run in the run directory from its last checkpoint
+    resume: bool = False  # continue from the last checkpoint, with the run's saved config (may change: run.resume.RESUMABLE)
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
