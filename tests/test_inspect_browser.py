@@ -116,7 +116,6 @@ def test_token_elements_details_and_group_view(browser, tmp_path):
 
 def test_long_trajectory_page_renders(browser, tmp_path, record_property):
     """20 turns, >= 8,000 tokens: every token rendered, hover and click answer; timings reported."""
-    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     if QWEN.is_dir():
@@ -140,9 +139,10 @@ def test_long_trajectory_page_renders(browser, tmp_path, record_property):
     assert count(browser, "#tokens span.tok") == len(t.token_ids)
     assert count(browser, "#tokens span.tok.m1") == sum(t.loss_mask)
 
-    # The long system prompt is folded (its tokens stay in the DOM); its label unfolds it.
+    # The long system prompt is folded (its tokens stay in the DOM); its label unfolds it. Clicked
+    # by element, not by pointer position: under CPU load the lazily laid-out page may still move.
     assert count(browser, "#tokens .seg.folded") == 1
-    browser.find_element(By.CSS_SELECTOR, "#tokens .seg.folded .fold").click()
+    browser.execute_script("document.querySelector('#tokens .seg.folded .fold').click()")
     assert count(browser, "#tokens .seg.folded") == 0
 
     # Scroll through the whole trajectory in steps; time it (content-visibility lays out lazily).
@@ -152,11 +152,25 @@ def test_long_trajectory_page_renders(browser, tmp_path, record_property):
         browser.execute_script("window.scrollTo(0, arguments[0]); return document.body.offsetHeight", y)
     scroll_s = time.perf_counter() - t0
 
-    last = browser.find_element(By.CSS_SELECTOR, f'#tokens span.tok[data-i="{len(t.token_ids) - 1}"]')
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", last)
-    ActionChains(browser).move_to_element(last).perform()
+    # Hover and click the last token by its data-i, not by pointer position: a real pointer left
+    # over the tokens gets a fresh mouseover whenever layout moves another token under it (CPU
+    # load delays layout), which once showed a middle token's id. The hover event and the read of
+    # the details run in one script, so nothing can come between them; a click pins the token,
+    # and a pinned token ignores hover.
+    last_i = len(t.token_ids) - 1
+    hovered = browser.execute_script("""
+        var e = document.querySelector('#tokens span.tok[data-i="' + arguments[0] + '"]');
+        e.scrollIntoView({block: 'center'});
+        e.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+        return [document.querySelector('#details [data-field="pos"]').textContent,
+                document.querySelector('#details [data-field="id"]').textContent];""", last_i)
+    assert hovered == [f"#{last_i} of {len(t.token_ids)} (response)", str(t.token_ids[-1])]
+    last = browser.find_element(By.CSS_SELECTOR, f'#tokens span.tok[data-i="{last_i}"]')
+    browser.execute_script("arguments[0].click()", last)
     field = lambda name: browser.find_element(By.CSS_SELECTOR, f'#details [data-field="{name}"]').text
     assert field("id") == str(t.token_ids[-1])
+    assert "sel" in last.get_attribute("class")
+    assert browser.find_element(By.CSS_SELECTOR, "#details .hint").text.startswith("pinned")
     browser.save_screenshot(str(tmp_path / "long.png"))
     assert console_errors(browser) == []
 
@@ -168,3 +182,50 @@ def test_long_trajectory_page_renders(browser, tmp_path, record_property):
     print(f"\n[inspect long page] {len(t.token_ids)} tokens, {size_mb:.2f} MB: load {load_s:.2f}s "
           f"(ready at {ready_ms:.0f} ms after navigation, render {render_ms:.0f} ms), "
           f"scroll through {height}px in {scroll_s:.2f}s")
+
+
+def test_evaluation_page_and_chart_labels(browser, tmp_path):
+    """An evaluation attempt says so and shows no training figures; chart y labels stay inside the chart."""
+    import json
+    import re
+
+    from agentrl.inspect.svg import TICK_CHAR_PX
+    from agentrl.types import TrainerMarks
+
+    (tmp_path / "rollouts").mkdir()
+    write_jsonl(str(tmp_path / "rollouts" / "step_000001.jsonl"), [known_example().trajectory])
+    ev = []
+    for i in range(2):
+        t = known_example().trajectory
+        t.group_id, t.sample_index, t.trained = f"eval/test-{i}", 0, TrainerMarks()  # as evaluate writes it
+        ev.append(t)
+    write_jsonl(str(tmp_path / "rollouts" / "eval_step_000001.jsonl"), ev)
+    rows = [{"step": 1, "reward/mean": 0.5, "loss": 2.73e-08}, {"step": 2, "reward/mean": 0.7, "loss": -5.96e-08}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = tmp_path / "eval.html"
+    assert run_inspect([str(tmp_path), "--html", str(page), "--eval"]) == 0
+
+    open_page(browser, page)
+    text = lambda css: browser.execute_script("return document.querySelector(arguments[0]).innerText", css)
+    head = text("#trajhead")
+    assert "eval @ step 1 · group eval/test-0" in head and "evaluation (never trained)" in head
+    assert re.search(r"advantage [-+—\d]", head) is None and "(trained " not in head
+    labels = browser.execute_script("return Array.from(document.querySelectorAll('#tokens .lab'), e => e.textContent)")
+    assert not any("· trained" in s for s in labels) and "model 6–10 · sampled 4 (evaluation: not trained)" in labels
+    cards = browser.execute_script("return Array.from(document.querySelectorAll('#groups .card'), e => e.innerText)")
+    assert len(cards) == 2 and all("trained" not in c and " A " not in c for c in cards)
+    assert text("#groups h3").startswith("eval @ step 1 · group eval/test-0")
+    browser.execute_script("document.querySelector('#tokens span.tok[data-i=\"13\"]').click()")
+    field = lambda name: text(f'#details [data-field="{name}"]')
+    assert field("adv") == "— (evaluation: never trained)"
+    assert field("mask") == "1 · sampled (evaluation: not trained)"
+    assert field("old") == "evaluation: never trained"
+    assert "eval @ step 1" in text("table.summary tr.eval")
+
+    # Every y label of every chart is drawn inside its chart and no wider than the margin allows.
+    ticks = browser.execute_script("""return Array.from(document.querySelectorAll('.chart .yl'), e => {
+        var b = e.getBBox(); return [e.textContent, b.x, b.width]; });""")
+    assert len(ticks) == 4 and "27.3n" in [t for t, _, _ in ticks]
+    for label, x, w in ticks:
+        assert x >= 0 and w <= len(label) * TICK_CHAR_PX, (label, x, w)
+    assert console_errors(browser) == []

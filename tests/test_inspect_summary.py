@@ -54,7 +54,8 @@ def test_summary_table_in_terminal(run_dir, capsys):
     row1 = next(ln for ln in out.splitlines() if ln.startswith("step 1 "))
     cells = [c.strip() for c in re.split(r"[│┃]", row1)]
     assert cells == ["step 1", "6", "0.667", "2", "1/2", "stop 5, length 1", "7", "1", "15", "40%", ""]
-    assert "showing 3 of 9 matching trajectories" in out
+    # The summary covers the run; the trajectories shown are the latest step's.
+    assert "showing 3 of 3 matching trajectories from training step 2" in " ".join(out.split())
 
 
 def shown(run_dir, capsys, *flags: str) -> list[tuple[str, str, str]]:
@@ -67,16 +68,21 @@ def shown(run_dir, capsys, *flags: str) -> list[tuple[str, str, str]]:
 
 
 def test_filters(run_dir, capsys):
-    assert len(shown(run_dir, capsys)) == 9
-    assert shown(run_dir, capsys, "--step", "2") == [("2", "c", "0"), ("2", "c", "1"), ("2", "c", "2")]
-    assert [s for _, _, s in shown(run_dir, capsys, "--step", "last")] == ["0", "1", "2"]
-    assert shown(run_dir, capsys, "--group", "b") == [("1", "b", "0"), ("1", "b", "1")]
-    assert len(shown(run_dir, capsys, "--reward", ">0")) == 4
-    assert len(shown(run_dir, capsys, "--reward", "==0")) == 5
+    step2 = [("2", "c", "0"), ("2", "c", "1"), ("2", "c", "2")]
+    assert shown(run_dir, capsys) == step2  # the default: the latest step
+    assert shown(run_dir, capsys, "--step", "last") == step2
+    assert shown(run_dir, capsys, "--step", "2") == step2
+    assert len(shown(run_dir, capsys, "--step", "all")) == 9
+    assert shown(run_dir, capsys, "--group", "b") == [("1", "b", "0"), ("1", "b", "1")]  # a group: every step
+    assert shown(run_dir, capsys, "--reward", ">0") == []  # step 2 has none
+    assert len(shown(run_dir, capsys, "--reward", ">0", "--step", "all")) == 4
+    assert len(shown(run_dir, capsys, "--reward", "==0")) == 3
+    assert len(shown(run_dir, capsys, "--reward", "==0", "--step", "all")) == 5
     assert len(shown(run_dir, capsys, "--reward", "<0.5", "--step", "1")) == 2
-    assert shown(run_dir, capsys, "--finish-reason", "length") == [("1", "a", "3")]
-    assert shown(run_dir, capsys, "--tool-error") == [("1", "a", "1")]
-    assert shown(run_dir, capsys, "--index", "4") == [("1", "b", "0")]
+    assert shown(run_dir, capsys, "--finish-reason", "length", "--step", "all") == [("1", "a", "3")]
+    assert shown(run_dir, capsys, "--tool-error", "--step", "all") == [("1", "a", "1")]
+    assert shown(run_dir, capsys, "--index", "4", "--step", "all") == [("1", "b", "0")]
+    assert shown(run_dir, capsys, "--index", "1") == [("2", "c", "1")]
     assert shown(run_dir, capsys, "--group", "a", "--reward", "==0", "--index", "1") == [("1", "a", "3")]
     assert len(shown(run_dir, capsys, "--limit", "2")) == 2
 
@@ -86,6 +92,9 @@ def test_no_match_explains(run_dir, capsys):
     err = capsys.readouterr().err
     assert "no trajectory matched the filters; group ids look like: 'a', 'b', 'c'" in err
     assert run_inspect([str(run_dir), "--index", "99"]) == 1
+    err = capsys.readouterr().err
+    assert "only 3 match, indices 0..2" in err and "in training step 2 (the default; --step all" in err
+    assert run_inspect([str(run_dir), "--index", "99", "--step", "all"]) == 1
     assert "only 9 match, indices 0..8" in capsys.readouterr().err
 
 
@@ -103,7 +112,7 @@ def test_reward_condition_semantics():
 
 @pytest.mark.parametrize("flags,message", [
     (["--reward", "big"], "--reward 'big': expected an operator and a number"),
-    (["--step", "x"], "--step 'x': expected a step number or 'last'"),
+    (["--step", "x"], "--step 'x': expected a step number, 'last' or 'all'"),
     (["--finish-reason", "done"], "--finish-reason 'done': expected one of stop, length, max_turns, error"),
 ])
 def test_bad_flag_values_name_the_fix(run_dir, capsys, flags, message):

@@ -100,7 +100,7 @@ def test_cli_with_qwen_tokenizer_decodes_tokens(tmp_path, capsys):
     assert "trajectory 1/1 · step 3 · group step3/pencils · sample 2" in out
     assert '   │ {"name": "python", "arguments": {"code": "prnt(17 * 23 + 4)"}}↵' in out
     assert "NameError" in out and "0.03s" in out
-    assert "showing 1 of 4 matching trajectories · tokenizer" in out
+    assert "showing 1 of 4 matching trajectories from training step 3 · tokenizer" in out
     assert "\x1b[" not in out  # not a TTY: no color codes
 
 

@@ -1,5 +1,11 @@
 """``agentrl inspect PATH [--html OUT.html] [filters]``: the command-line entry point.
 
+By default it shows the latest *training* step (the summary table covers the whole run);
+``--step N`` / ``--step all`` pick other steps and ``--eval`` the held-out evaluation
+rollouts instead (``eval_step_*.jsonl``: sampled and scored, never trained). The terminal
+shows 3 trajectories spread over the reward range (highest, median, lowest, from distinct
+groups); the HTML page the first 64, whole groups.
+
 Example::
 
     import tempfile, pathlib
@@ -21,7 +27,7 @@ from pathlib import Path
 
 from agentrl.inspect.decode import Decoding, choose_decoding
 from agentrl.inspect.filters import RewardCondition, Selection
-from agentrl.inspect.scan import ScanResult, scan
+from agentrl.inspect.scan import ScanResult, other_views_hint, scan, showing_text
 from agentrl.inspect.sources import InspectError, find_sources
 from agentrl.inspect.terminal import make_console, print_trajectory, safe_text, summary_table
 from agentrl.types import FINISH_REASONS
@@ -38,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("path", metavar="PATH", help="run directory, rollouts .jsonl file, or a folder of them")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML page instead of printing")
-    p.add_argument("--step", help="training step number, or 'last'")
+    p.add_argument("--step", help="step number, 'last' (the default: the latest step) or 'all' "
+                                  "(every step; also the default with --group)")
+    p.add_argument("--eval", action="store_true",
+                   help="the held-out evaluation rollouts (eval_step_*.jsonl, never trained) instead of training")
     p.add_argument("--group", help="group id (exact)")
     p.add_argument("--reward", help="reward condition, e.g. '>0', '==1', '<0.5'")
     p.add_argument("--finish-reason", help=f"one of {', '.join(FINISH_REASONS)}")
@@ -54,14 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def selection_from_args(args: argparse.Namespace) -> Selection:
     """Validate the filter flags into a Selection (InspectError names the fix)."""
-    step, last = None, False
-    if args.step is not None:
-        if args.step == "last":
-            last = True
-        elif args.step.lstrip("-").isdigit():
-            step = int(args.step)
-        else:
-            raise InspectError(f"--step {args.step!r}: expected a step number or 'last'")
+    step, last, read_all = None, False, False
+    if args.step is None:
+        # The default view: the latest step's trajectories, the whole run in the summary. A group
+        # id names one step's group, so --group alone searches every step.
+        last, read_all = args.group is None, True
+    elif args.step == "last":
+        last = True
+    elif args.step == "all":
+        pass
+    elif args.step.lstrip("-").isdigit():
+        step = int(args.step)
+    else:
+        raise InspectError(f"--step {args.step!r}: expected a step number, 'last' or 'all'")
     if args.finish_reason is not None and args.finish_reason not in FINISH_REASONS:
         raise InspectError(f"--finish-reason {args.finish_reason!r}: expected one of {', '.join(FINISH_REASONS)}")
     limit = args.limit if args.limit is not None else (HTML_LIMIT if args.html else TERMINAL_LIMIT)
@@ -76,6 +90,9 @@ def selection_from_args(args: argparse.Namespace) -> Selection:
         tool_error=True if args.tool_error else None,
         index=args.index,
         limit=limit,
+        evaluation=True if args.eval else None,
+        read_all=read_all,
+        pick="first" if args.html else "spread",
     )
 
 
@@ -92,6 +109,8 @@ def _no_match_message(res: ScanResult, sel: Selection) -> str:
         msg += f" (--index {sel.index}: only {res.matched} match, indices 0..{res.matched - 1})"
     elif sel.group is not None and res.group_hint:
         msg += f"; group ids look like: {', '.join(repr(g) for g in res.group_hint)}"
+    if sel.last_step and sel.read_all:
+        msg += f" in {res.scope} (the default; --step all searches every step)"
     return msg
 
 
@@ -100,8 +119,9 @@ def _print_terminal(res: ScanResult, decoding: Decoding, no_color: bool, full: b
     console = make_console(sys.stdout, no_color=no_color, width=width)
     if res.rows:
         console.print(summary_table(res.rows))
-    console.print(f"showing {len(res.selected)} of {res.matched} matching trajectories · {decoding.origin}",
-                  style="dim")
+    console.print(f"showing {showing_text(res)} · {decoding.origin}", style="dim", highlight=False)
+    if other_views_hint(res):
+        console.print(other_views_hint(res), style="dim", highlight=False)
     console.print()
     for k, rec in enumerate(res.selected, start=1):
         print_trajectory(console, rec, decoding, ordinal=f"{k}/{len(res.selected)}", full=full)
@@ -130,8 +150,7 @@ def run_inspect(argv: list[str]) -> int:
         from agentrl.inspect.html import write_page
 
         out = write_page(Path(args.html), sources, res, decoding)
-        print(f"wrote {out} ({len(res.selected)} of {res.matched} matching trajectories, "
-              f"{out.stat().st_size / 1e6:.2f} MB) · {decoding.origin}")
+        print(f"wrote {out} ({showing_text(res)}, {out.stat().st_size / 1e6:.2f} MB) · {decoding.origin}")
         return 0
     _print_terminal(res, decoding, no_color=args.no_color, full=args.full)
     if not res.selected:

@@ -1,7 +1,14 @@
 """Which trajectories ``inspect`` shows: step, group, reward, finish reason, tool error, index.
 
-``--index N`` is the N-th (0-based) trajectory among those that pass the other filters,
-in file order; with no other filter it is the N-th trajectory of the PATH.
+Training or evaluation: a run directory holds both (``step_*.jsonl`` and
+``eval_step_*.jsonl``); a selection reads one kind, training unless asked for evaluation
+(``--eval``) or the PATH holds evaluation rollouts only. ``--index N`` is the N-th
+(0-based) trajectory among those that pass the other filters, in file order.
+
+``pick`` says which of the matches to keep when more match than ``limit``: ``first``
+(file order: whole groups, for the HTML group view) or ``spread`` (highest, median and
+lowest reward, from distinct groups: the terminal's default, so three attempts shown
+are three different ones).
 
 Example::
 
@@ -78,6 +85,9 @@ class Selection:
     tool_error: bool | None = None
     index: int | None = None
     limit: int = 3
+    evaluation: bool | None = None  # True: eval rollouts; False: training; None: training if any, else eval
+    read_all: bool = False  # read every file (the summary of the whole run) while selecting from some
+    pick: str = "first"  # "first" or "spread" (see the module doc)
 
     def wants_step(self, step: int | None) -> bool:
         return self.step is None or step == self.step

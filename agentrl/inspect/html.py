@@ -35,11 +35,11 @@ from agentrl.inspect.loader import Record
 from agentrl.inspect.metrics import PLOTTED, Metrics, read_series
 from agentrl.inspect.page_css import CSS
 from agentrl.inspect.page_js import JS
-from agentrl.inspect.scan import ScanResult
+from agentrl.inspect.scan import ScanResult, other_views_hint, showing_text
 from agentrl.inspect.sources import Sources
-from agentrl.inspect.summary import SummaryRow, segment_note
+from agentrl.inspect.summary import SummaryRow, segment_note, training_cells
 from agentrl.inspect.svg import line_chart_svg
-from agentrl.inspect.tokens import ratio_stats, tiling_segments
+from agentrl.inspect.tokens import old_logprobs_note, ratio_stats, tiling_segments
 from agentrl.types import SPAN_KINDS
 
 MAX_CHART_POINTS = 400
@@ -60,11 +60,18 @@ def trajectory_data(rec: Record, decoding: Decoding, notes: list[str]) -> dict[s
     t = rec.trajectory
     n = len(t.token_ids)
     rs = ratio_stats(t)
-    ratio = (f"ratio π_old/μ: mean {rs.mean:.4f}, max |log ρ| {rs.max_abs_log:.4f}, "
-             f"{rs.outside_clip} of {rs.tokens} outside [0.8, 1.2]") if rs.tokens else "trainer log-probs not recorded"
+    note = old_logprobs_note(t, rec.evaluation)
+    if rec.evaluation:
+        ratio = "evaluation attempt: sampled and scored, never trained"
+    elif rs.tokens:
+        ratio = (f"ratio π_old/μ: mean {rs.mean:.4f}, max |log ρ| {rs.max_abs_log:.4f}, "
+                 f"{rs.outside_clip} of {rs.tokens} outside [0.8, 1.2]")
+    else:
+        ratio = f"ratio π_old/μ: {note or 'trainer log-probs not recorded'}"
     first_response = next((k for k, m in enumerate(t.messages) if m.role == "assistant"), len(t.messages))
     return {
-        "where": rec.where, "step": rec.step, "group": t.group_id, "sample": t.sample_index,
+        "where": rec.where, "step": rec.step, "label": rec.step_label, "eval": rec.evaluation,
+        "old_note": note, "group": t.group_id, "sample": t.sample_index,
         "reward": t.reward, "adv": t.advantage, "finish": t.finish_reason, "policy": t.policy_version,
         "seg": segment_note(t),
         "prompt_len": t.prompt_len,
@@ -91,8 +98,10 @@ def groups_of(selected: list[Record]) -> list[dict[str, Any]]:
     for k, rec in enumerate(selected):
         groups.setdefault((rec.step, rec.trajectory.group_id), []).append(k)
     out = []
+    labels = {(rec.step, rec.trajectory.group_id): rec.step_label for rec in selected}
     for (step, gid), members in groups.items():
-        label = (f"step {step} · " if step is not None else "") + f"group {gid or '—'}"
+        where = labels[(step, gid)]
+        label = (f"{where} · " if where else "") + f"group {gid or '—'}"
         out.append({"label": label, "members": members})
     return out
 
@@ -108,10 +117,11 @@ def _summary_html(rows: list[SummaryRow]) -> str:
     body = []
     for r in rows:
         reward = "—" if r.reward_mean is None else f"{r.reward_mean:.3f}"
-        cells = [escape(r.label), r.attempts, reward, r.groups, f"{r.zero_variance_groups}/{r.groups}",
-                 escape(r.finish_text), r.tool_calls, r.tool_errors, f"{r.mean_tokens:.0f}",
-                 f"{100 * r.model_token_frac:.0f}%", r.problems or ""]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        groups, zero_var, trained = training_cells(r)
+        cells = [escape(r.label), r.attempts, reward, groups, zero_var, escape(r.finish_text), r.tool_calls,
+                 r.tool_errors, f"{r.mean_tokens:.0f}", trained, r.problems or ""]
+        row_class = ' class="eval"' if r.evaluation else ""
+        body.append(f"<tr{row_class}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f'<table class="summary"><tr>{head}</tr>{"".join(body)}</table>'
 
 
@@ -143,6 +153,11 @@ def _problems_html(res: ScanResult, metrics: Metrics | None) -> str:
     return f'<section><div class="problems"><b>{total} problem(s) while reading</b><ul>{items}</ul>{more}</div></section>'
 
 
+def _scope_hint_html(res: ScanResult) -> str:
+    hint = other_views_hint(res)
+    return f'<div class="sub" id="scopehint">other views (run agentrl inspect with): {escape(hint)}</div>' if hint else ""
+
+
 def render_page(sources: Sources, res: ScanResult, decoding: Decoding, title: str = "agentrl inspect") -> str:
     """The whole page as a string."""
     metrics = read_series(sources.metrics) if sources.metrics else None
@@ -168,7 +183,8 @@ def render_page(sources: Sources, res: ScanResult, decoding: Decoding, title: st
 <style>{CSS}</style></head>
 <body>
 <header><h1>{escape(title)}</h1>
-<div class="sub">{escape(str(src))} · {len(res.selected)} of {res.matched} matching trajectories shown · {escape(decoding.origin)}</div>
+<div class="sub">{escape(str(src))} · {escape(showing_text(res))} shown · {escape(decoding.origin)}</div>
+{_scope_hint_html(res)}
 </header>
 <section><h2>rollouts</h2>{_summary_html(res.rows)}</section>
 {curves}{_problems_html(res, metrics)}{config}

@@ -56,6 +56,14 @@ class Record:
     path: Path
     line: int
     step: int | None
+    evaluation: bool = False  # a held-out evaluation attempt (eval_step_*.jsonl): never trained
+
+    @property
+    def step_label(self) -> str:
+        """``step 5``, ``eval @ step 5`` (evaluation), or "" when the step is unknown."""
+        if self.step is None:
+            return "eval" if self.evaluation else ""
+        return f"eval @ step {self.step}" if self.evaluation else f"step {self.step}"
 
     @property
     def where(self) -> str:

@@ -21,6 +21,7 @@ table{border-collapse:collapse;font-size:12.5px}
 th,td{padding:3px 9px;border-bottom:1px solid #e6e6e9;text-align:right;white-space:nowrap}
 th{background:#f0f0f3;font-weight:600}
 td:first-child,th:first-child,td.l{text-align:left}
+table.summary tr.eval td{color:#6a5a9a;background:#f7f5fc}
 .charts{display:flex;flex-wrap:wrap;gap:10px}
 .chart{background:#fff;border:1px solid #e3e3e6;border-radius:6px}
 .chart .ct{font:600 12px system-ui,sans-serif;fill:#333}

@@ -5,8 +5,10 @@ the current trajectory's tokens are in the DOM, built once into a DocumentFragme
 delegated listener on ``#tokens`` serves hover and click for every token (no per-token
 listeners), so a 20-turn, 8,000-token trajectory stays responsive. All text from the data
 (token text, tool output) goes through ``textContent``, never ``innerHTML``: tool output is
-untrusted. ``window.agentrlRenderMs`` records how long the last trajectory took to render and
-``window.agentrlReadyMs`` when the page was ready (ms since navigation start).
+untrusted. An evaluation attempt (``t.eval``) is never trained: its labels say "sampled", not
+"trained", and show no advantage. ``window.agentrlRenderMs`` records how long the last
+trajectory took to render and ``window.agentrlReadyMs`` when the page was ready (ms since
+navigation start).
 """
 
 JS = r"""
@@ -60,7 +62,8 @@ function renderTokens(t) {
     var a = t.segs[k][0], b = t.segs[k][1], kind = t.segs[k][2], trained = 0;
     for (var i = a; i < b; i++) trained += t.mask[i] === 1 ? 1 : 0;
     var seg = el("div", "seg k-" + kind);
-    var lab = el("div", "lab", kind + " " + a + "\u2013" + b + (trained ? " \u00b7 trained " + trained : " \u00b7 masked"));
+    var lab = el("div", "lab", kind + " " + a + "\u2013" + b + (!trained ? " \u00b7 masked" :
+      t.eval ? " \u00b7 sampled " + trained + " (evaluation: not trained)" : " \u00b7 trained " + trained));
     seg.appendChild(lab);
     if (kind === "prompt" && foldable(t, a, b)) {  // the same long system prompt in every attempt
       seg.classList.add("folded");
@@ -98,7 +101,7 @@ function applyMode() {
     kind: "background = span kind; underlined = trained (loss_mask 1)",
     lp: "trained tokens by sampler probability: green likely \u2192 red unlikely",
     ratio: T[cur].old ? "trained tokens by |log \u03c1|, \u03c1 = \u03c0_old/\u03bc: white 0 \u2192 red \u2265 0.2"
-                      : "trainer log-probs not recorded in this trajectory"
+                      : "no ratio: " + (T[cur].old_note || "trainer log-probs not recorded")
   }[mode];
 }
 
@@ -110,11 +113,11 @@ function showDetails(i) {
     ["id", "id", String(t.ids[i])],
     ["text", "text", t.text ? JSON.stringify(t.text[i]) : "(no tokenizer: pass --tokenizer)"],
     ["kind", "kind", seg[2] + " [" + seg[0] + ", " + seg[1] + ")"],
-    ["mask", "loss_mask", m === 1 ? "1 \u00b7 trained" : "0 \u00b7 masked out"],
+    ["mask", "loss_mask", m !== 1 ? "0 \u00b7 masked out" : t.eval ? "1 \u00b7 sampled (evaluation: not trained)" : "1 \u00b7 trained"],
     ["lp", "sampler log-prob \u03bc", (m === 1 || lp !== 0) ? fmt(lp, 4) + "  (p = " + (100 * Math.exp(lp)).toFixed(1) + "%)" : "\u2014 (not sampled)"],
-    ["old", "trainer log-prob \u03c0_old", !t.old ? "not recorded" : (m === 1 ? fmt(old, 4) : "\u2014")],
+    ["old", "trainer log-prob \u03c0_old", !t.old ? (t.old_note || "not recorded") : (m === 1 ? fmt(old, 4) : "\u2014")],
     ["ratio", "ratio \u03c0_old/\u03bc", (t.old && m === 1) ? Math.exp(old - lp).toFixed(4) : "\u2014"],
-    ["adv", "advantage", m === 1 ? signed(t.adv) : "\u2014 (masked: no gradient)"]
+    ["adv", "advantage", t.eval ? "\u2014 (evaluation: never trained)" : m === 1 ? signed(t.adv) : "\u2014 (masked: no gradient)"]
   ];
   var d = $("details");
   d.textContent = "";
@@ -139,14 +142,15 @@ function renderHead(t) {
   h.textContent = "";
   var top = el("div");
   top.appendChild(el("b", null, "trajectory " + (cur + 1) + "/" + T.length + " \u00b7 " +
-    (t.step === null ? "" : "step " + t.step + " \u00b7 ") + "group " + (t.group || "\u2014") + " \u00b7 sample " + t.sample + "  "));
+    (t.label ? t.label + " \u00b7 " : "") + "group " + (t.group || "\u2014") + " \u00b7 sample " + t.sample + "  "));
   top.appendChild(badge(t.reward));
-  top.appendChild(el("span", null, "  advantage " + signed(t.adv) + " \u00b7 finish " + t.finish + " \u00b7 policy v" + t.policy + (t.seg || "")));
+  top.appendChild(el("span", null, (t.eval ? "  evaluation (never trained)" : "  advantage " + signed(t.adv)) +
+    " \u00b7 finish " + t.finish + " \u00b7 policy v" + t.policy + (t.seg || "")));
   h.appendChild(top);
   var n = t.ids.length, trained = 0;
   for (var i = 0; i < n; i++) trained += t.mask[i] === 1 ? 1 : 0;
   h.appendChild(el("div", null, n + " tokens = prompt " + t.prompt_len + " + response " + (n - t.prompt_len) +
-    " (trained " + trained + ") \u00b7 " + t.ratio));
+    (t.eval ? "" : " (trained " + trained + ")") + " \u00b7 " + t.ratio));
   h.appendChild(el("div", "where", t.where));
   for (var k = 0; k < t.notes.length; k++) h.appendChild(el("div", "notes", "\u26a0 " + t.notes[k]));
 }
@@ -199,12 +203,12 @@ function renderGroups() {
     g.members.forEach(function (k) {
       var t = T[k], c = el("div", "card"), top = el("div", "top"), trained = 0, errors = 0;
       c.setAttribute("data-t", k);
-      top.appendChild(el("span", null, "#" + t.sample + " \u00b7 A " + signed(t.adv)));
+      top.appendChild(el("span", null, "#" + t.sample + (t.eval ? " \u00b7 eval" : " \u00b7 A " + signed(t.adv))));
       top.appendChild(badge(t.reward));
       c.appendChild(top);
       for (var i = 0; i < t.mask.length; i++) trained += t.mask[i] === 1 ? 1 : 0;
       t.tools.forEach(function (x) { if (x.error) errors++; });
-      c.appendChild(el("div", "meta", t.finish + " \u00b7 " + t.ids.length + " tok (" + trained + " trained) \u00b7 " +
+      c.appendChild(el("div", "meta", t.finish + " \u00b7 " + t.ids.length + " tok" + (t.eval ? "" : " (" + trained + " trained)") + " \u00b7 " +
         t.tools.length + (t.tools.length === 1 ? " tool call" : " tool calls") + (errors ? ", " + errors + " failed" : "")));
       var bar = el("div", "kbar");
       t.segs.forEach(function (s) { var d = el("div", "k-" + s[2]); d.style.flexGrow = s[1] - s[0]; bar.appendChild(d); });

@@ -3,7 +3,10 @@
 A run directory (written by the trainer) holds ``config.yaml``, ``metrics.jsonl`` and
 ``rollouts/step_000001.jsonl`` ...; a plain folder holds rollout ``*.jsonl`` files; a
 single ``.jsonl`` file is read as is. Files are ordered by the step number in their
-name (``step_000012.jsonl`` -> 12), then by name.
+name (``step_000012.jsonl`` -> 12), then by name. The trainer writes its held-out
+evaluation next to the training rollouts as ``eval_step_000010.jsonl`` (evaluated after
+training step 10; never trained on): a file whose name starts with ``eval`` is an
+evaluation file, labelled ``eval @ step 10``.
 
 Example::
 
@@ -12,8 +15,10 @@ Example::
     (d / "rollouts").mkdir()
     (d / "rollouts" / "step_000002.jsonl").write_text("")
     (d / "rollouts" / "step_000001.jsonl").write_text("")
+    (d / "rollouts" / "eval_step_000002.jsonl").write_text("")
     src = find_sources(str(d))
-    assert [f.step for f in src.files] == [1, 2] and src.is_run_dir
+    assert [f.step for f in src.files] == [1, 2, 2] and src.is_run_dir
+    assert [f.label for f in src.files] == ["step 1", "step 2", "eval @ step 2"]
 """
 
 from __future__ import annotations
@@ -38,8 +43,15 @@ class RolloutFile:
     step: int | None
 
     @property
+    def evaluation(self) -> bool:
+        """Held-out evaluation rollouts (``eval_step_*.jsonl``): sampled, scored, never trained."""
+        return is_eval_file(self.path)
+
+    @property
     def label(self) -> str:
-        return f"step {self.step}" if self.step is not None else self.path.name
+        if self.step is None:
+            return self.path.name
+        return f"eval @ step {self.step}" if self.evaluation else f"step {self.step}"
 
 
 @dataclass(frozen=True)
@@ -62,11 +74,17 @@ def step_of(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def is_eval_file(path: Path) -> bool:
+    """``eval_step_000010.jsonl`` (the trainer's evaluation rollouts) and other ``eval*`` files."""
+    return path.name.lower().startswith("eval")
+
+
 def _rollout_files(folder: Path) -> list[RolloutFile]:
     found = [p for p in folder.glob("*.jsonl") if p.name not in _NOT_ROLLOUTS and p.is_file()]
     files = [RolloutFile(p, step_of(p)) for p in found]
-    # Unnumbered files sort after numbered ones, by name.
-    return sorted(files, key=lambda f: (f.step is None, f.step or 0, f.path.name))
+    # Unnumbered files sort after numbered ones, by name; at one step the training file comes
+    # first (the trainer evaluates after the step's update).
+    return sorted(files, key=lambda f: (f.step is None, f.step or 0, f.evaluation, f.path.name))
 
 
 def find_sources(path: str) -> Sources:

@@ -2,6 +2,8 @@
 
 A group has zero variance when all its rewards are equal (max - min <= 1e-6): its
 advantages are all 0, so it gives no learning signal (docs/design.md, "The objective").
+Evaluation rows (``eval_step_*.jsonl``) are never trained: the views show no group,
+zero-variance or trained-token statistics for them (``SummaryRow.evaluation``).
 
 Example::
 
@@ -39,6 +41,7 @@ class SummaryRow:
     mean_tokens: float
     model_token_frac: float  # share of tokens with loss_mask == 1
     problems: int
+    evaluation: bool = False  # held-out evaluation: groups / zero-var / trained do not apply
 
     @property
     def finish_text(self) -> str:
@@ -50,6 +53,7 @@ class SummaryAccumulator:
     """Streaming statistics of one file; ``add`` each trajectory, then ``row()``."""
 
     label: str
+    evaluation: bool = False
     attempts: int = 0
     _reward_sum: float = 0.0
     _rewarded: int = 0
@@ -89,7 +93,15 @@ class SummaryAccumulator:
             mean_tokens=self._tokens / n if n else 0.0,
             model_token_frac=self._model_tokens / self._tokens if self._tokens else 0.0,
             problems=self.problems,
+            evaluation=self.evaluation,
         )
+
+
+def training_cells(r: SummaryRow) -> tuple[str, str, str]:
+    """The (groups, zero-var, trained) cells of a row: "—" for evaluation, which never trains."""
+    if r.evaluation:
+        return ("—", "—", "—")
+    return (str(r.groups), f"{r.zero_variance_groups}/{r.groups}", f"{100 * r.model_token_frac:.0f}%")
 
 
 def segment_note(t: Trajectory) -> str:

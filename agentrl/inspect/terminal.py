@@ -5,7 +5,8 @@ Every span gets a header line naming its kind, token range and whether it is tra
 color, token text is colored by kind, alternate tokens are shaded (boundaries show) and
 trained tokens (loss_mask == 1) are underlined, whatever their span says: a template or
 tool token that is trained stands out. Untrusted text (tool output) is printed with
-control characters escaped.
+control characters escaped. An evaluation attempt (``eval @ step N``) is never trained:
+its header and spans say so and show no advantage or trained count.
 
 Example::
 
@@ -33,8 +34,8 @@ from rich.text import Text
 
 from agentrl.inspect.decode import Decoding
 from agentrl.inspect.loader import Record
-from agentrl.inspect.summary import SummaryRow, segment_note
-from agentrl.inspect.tokens import ratio_stats, span_facts, token_kinds
+from agentrl.inspect.summary import SummaryRow, segment_note, training_cells
+from agentrl.inspect.tokens import old_logprobs_note, ratio_stats, span_facts, token_kinds
 from agentrl.types import Trajectory
 
 KIND_STYLES: dict[str, tuple[str, str]] = {  # (even token, odd token)
@@ -78,29 +79,35 @@ def summary_table(rows: list[SummaryRow]) -> Table:
         if r is None:
             table.add_row(f"… {len(rows) - MAX_SUMMARY_ROWS + 1} more", *[""] * 10)
             continue
+        groups, zero_var, trained = training_cells(r)
         table.add_row(
-            r.label, str(r.attempts), _fmt(r.reward_mean), str(r.groups),
-            f"{r.zero_variance_groups}/{r.groups}", r.finish_text, str(r.tool_calls), str(r.tool_errors),
-            f"{r.mean_tokens:.0f}", f"{100 * r.model_token_frac:.0f}%", str(r.problems) if r.problems else "",
+            r.label, str(r.attempts), _fmt(r.reward_mean), groups, zero_var, r.finish_text,
+            str(r.tool_calls), str(r.tool_errors), f"{r.mean_tokens:.0f}", trained,
+            str(r.problems) if r.problems else "",
         )
     return table
 
 
 def _header(t: Trajectory, rec: Record, ordinal: str) -> list[Text]:
-    where = f"step {rec.step} · " if rec.step is not None else ""
+    where = f"{rec.step_label} · " if rec.step_label else ""
     title = Text(f"━━ trajectory {ordinal} · {where}group {t.group_id or '—'} · sample {t.sample_index}"
                  f" · {rec.where}", style="bold")
-    adv = _fmt(t.advantage, "+.3f")
     resp = len(t.token_ids) - t.prompt_len
+    sizes = f"tokens {len(t.token_ids)} = prompt {t.prompt_len} + response {resp}"
+    if rec.evaluation:
+        facts = Text(f"reward {_fmt(t.reward, 'g')}  finish {t.finish_reason}  policy v{t.policy_version}  "
+                     f"{sizes}{segment_note(t)}")
+        return [title, facts, Text("evaluation attempt: sampled and scored, never trained "
+                                   "(no advantage, no trainer log-probs)", style="dim")]
+    adv = _fmt(t.advantage, "+.3f")
     facts = Text(f"reward {_fmt(t.reward, 'g')}  advantage {adv}  finish {t.finish_reason}  "
-                 f"policy v{t.policy_version}  tokens {len(t.token_ids)} = prompt {t.prompt_len} + "
-                 f"response {resp} (trained {sum(t.loss_mask)}){segment_note(t)}")
+                 f"policy v{t.policy_version}  {sizes} (trained {sum(t.loss_mask)}){segment_note(t)}")
     rs = ratio_stats(t)
     if rs.tokens:
         ratio = Text(f"ratio π_old/μ over {rs.tokens} trained tokens: mean {rs.mean:.4f}, "
                      f"max |log ρ| {rs.max_abs_log:.4f}, {rs.outside_clip} outside [0.8, 1.2]")
     else:
-        ratio = Text("ratio π_old/μ: trainer log-probs not recorded", style="dim")
+        ratio = Text(f"ratio π_old/μ: {old_logprobs_note(t) or 'trainer log-probs not recorded'}", style="dim")
     return [title, facts, ratio]
 
 
@@ -138,7 +145,12 @@ def print_trajectory(console: Console, rec: Record, decoding: Decoding, ordinal:
     for f in span_facts(t):
         label = Text(f" {f.kind:<8} {f.start:>5}–{f.end:<5} ", style=KIND_STYLES.get(f.kind, ("magenta",))[0]
                      + (" bold" if color else ""))
-        if f.trained:
+        if f.trained and rec.evaluation:  # loss_mask 1 marks the sampled tokens; evaluation trains none
+            label.append(f"sampled {f.trained} (evaluation: not trained)  logprob mean {f.mean_logprob:.3f} "
+                         f"min {f.min_logprob:.3f}")
+            if f.kind != "model":
+                label.append(f"  ⚠ {f.trained} token(s) with loss_mask 1 in a {f.kind} span", style="bold red")
+        elif f.trained:
             label.append(f"TRAINED {f.trained}  logprob mean {f.mean_logprob:.3f} min {f.min_logprob:.3f}")
             if f.kind != "model":
                 label.append(f"  ⚠ {f.trained} trained token(s) in a {f.kind} span", style="bold red")

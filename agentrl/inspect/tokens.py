@@ -83,6 +83,34 @@ def ratio_stats(t: Trajectory, eps: float = CLIP_EPS) -> RatioStats:
     )
 
 
+EVAL_NOTE = "evaluation: never trained"
+ZERO_ADVANTAGE_NOTE = "not scored: advantage 0, skipped by the update (train.skip_zero_advantage)"
+
+
+def old_logprobs_note(t: Trajectory, evaluation: bool = False) -> str | None:
+    """Why the trainer's log-probs π_old are absent, in the trainer's terms; None when present.
+
+    With no KL term an attempt of advantage 0 has exactly zero gradient, so the update skips
+    it (``train.skip_zero_advantage``) and never scores it (agentrl/algo/update.py).
+
+    >>> from agentrl.types import TrainerMarks
+    >>> t = Trajectory([1, 2], 1, [0, 1], [0.0, -1.0], [], [], trained=TrainerMarks(advantage=0.0))
+    >>> old_logprobs_note(t)
+    'not scored: advantage 0, skipped by the update (train.skip_zero_advantage)'
+    """
+    if evaluation:
+        return EVAL_NOTE
+    if t.old_logprobs is not None:
+        return None
+    if t.trained.filtered:
+        return "not scored: kept out of the loss by the objective's filter"
+    if not any(x == 1 for x in t.loss_mask):
+        return "not scored: no trained token"
+    if t.advantage is not None and t.advantage == 0:
+        return ZERO_ADVANTAGE_NOTE
+    return "trainer log-probs not recorded"
+
+
 @dataclass(frozen=True)
 class SpanFacts:
     """One span as the terminal shows it: range, kind, whether trained, log-prob summary."""
