@@ -6,6 +6,10 @@ conversation is scored. The checker must read only what the model wrote: use
 :func:`final_answer`, which looks at the last assistant turn only, so an answer that
 appears only in a tool result never counts.
 
+A walk-through, from a blank file to a custom environment with its own tool that learns on
+the tiny model on CPU (tasks, checker, ``@tool``, demonstrations and the warm start, naming the
+file in ``env.name``, reading a run that has no signal): docs/custom_env.md.
+
 Final-answer format (documented for every built-in environment): the last assistant
 turn contains ``<answer>...</answer>``; the text inside the last such tag is the answer.
 
@@ -76,7 +80,9 @@ class Environment(Protocol):
 @runtime_checkable
 class HasDemonstrations(Protocol):
     """An environment that can write correct worked conversations: what the SFT warm start
-    (``warmstart.enabled``) trains on."""
+    (``warmstart.enabled``) trains on. A randomly initialised model (``model.path: tiny``)
+    needs them: without, all G attempts of every task get reward 0, GRPO has no signal
+    (``groups/with_signal`` 0) and nothing is learned (docs/custom_env.md)."""
 
     def demonstrations(self, n: int, seed: int) -> list[list[Message]]:
         """``n`` conversations (system, user, assistant tool calls, tool results, answer)."""

@@ -326,7 +326,9 @@ class Trainer:
         self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}")
         iso = {t.isolation_level for t in self.runner.toolbox.tools.values()} - {None}
         if iso:
-            self.log(f"tool isolation: {', '.join(sorted(iso))}")
+            from agentrl.tools.sandbox.isolation import describe_level  # what each level means
+
+            self.log("tool isolation: " + "; ".join(describe_level(level) for level in sorted(iso)))
         final = None
         start = self.state.step + 1
         if start == 1 and cfg.eval.at_start:

@@ -49,6 +49,34 @@ from .config import SandboxConfig
 from .uids import UidLeases
 
 LEVELS: tuple[str, ...] = ("bwrap", "unshare", "rlimits")
+
+# What each level means, in one phrase (the trainer's "tool isolation:" line).
+MEANINGS: dict[str, str] = {
+    "bwrap": "bubblewrap: no network, read-only root, private /tmp, own pid namespace, no capabilities; "
+             "the strongest level",
+    "unshare": "util-linux unshare: no network, private /tmp, own pid namespace, but the root file system "
+               "stays writable to the sandbox's uid",
+    "rlimits": "no namespaces: resource limits, an allow-listed environment and a private working "
+               "directory only; the code can reach the network and write where its uid may",
+    "e2b": "E2B cloud sandboxes: the code runs on E2B's machines, not this one",
+}
+
+
+def describe_level(level: str) -> str:
+    """``level`` with what it isolates and, below ``bwrap``, how to get the strongest level.
+
+    >>> describe_level("bwrap")
+    'bwrap (bubblewrap: no network, read-only root, ...; the strongest level)'
+    >>> "apt-get install bubblewrap" in describe_level("rlimits") or shutil.which("bwrap") is not None
+    True
+    """
+    text = f"{level} ({MEANINGS.get(level, 'a level this version does not describe')})"
+    if level not in ("unshare", "rlimits"):
+        return text
+    if shutil.which("bwrap") is None:
+        return f"{text}; for bwrap, the strongest level, install bubblewrap (sudo apt-get install bubblewrap)"
+    return (f"{text}; bubblewrap is installed but failed its start-up check here (often: unprivileged user "
+            "namespaces are disabled); python_tool(isolation='bwrap') raises with the reason")
 CHILD_SOURCE = (Path(__file__).with_name("child.py")).read_text()
 # The child program travels precompiled (marshal, same interpreter binary): loading it takes
 # ~0.2 ms where compiling its source on every start took several.
