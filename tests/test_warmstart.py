@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -226,3 +227,18 @@ def test_mix_holds_the_exact_share_of_wrong_demonstrations():
     plan = wrong_per_batch(s)
     assert set(plan[3:]) <= {2, 3} and abs(sum(plan) - 0.3 * 7 * 100) < 1
     assert wrong_per_batch(SFTSettings(steps=5, clean_steps=0, batch_size=4, corruption=1.0)) == [4] * 5
+
+
+def test_warm_start_shows_a_progress_bar_with_elapsed_time_and_eta(tiny, env, tmp_path, capsys):
+    """The warm start is the demo's longest phase: a bar like the GRPO loop's (elapsed, ETA,
+    loss) on stderr, one summary line through ``log``; nothing with ``log=None``."""
+    settings = SFTSettings(num_demos=8, steps=12, lr=1e-3, batch_size=4, warmup_steps=1, corruption=0.5, seed=0)
+    lines: list[str] = []
+    warm_start(tiny, env, settings, cache_dir=tmp_path / "a", num_threads=1, log=lines.append)
+    bar = capsys.readouterr().err.replace("\r", "\n")
+    assert "warm start: 100%" in bar and "12/12 [" in bar and "loss=" in bar and "step" in bar
+    assert re.search(r"warm start:\s+\d+%.*\| ([1-9]|1[01])/12 \[\d\d:\d\d<\d\d:\d\d", bar)  # elapsed<ETA midway
+    assert lines[0].startswith("warm start: SFT of") and "once per machine" in lines[0]
+    assert lines[-1].startswith("warm start: 12 steps in ") and "loss" in lines[-1] and len(lines) == 2
+    warm_start(tiny, env, dataclasses.replace(settings, seed=1), cache_dir=tmp_path / "b", num_threads=1, log=None)
+    assert "warm start" not in capsys.readouterr().err

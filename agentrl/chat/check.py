@@ -213,13 +213,18 @@ def check_prefix_preservation(tokenizer: Any, template: str | None = None,
 def run_check_template(model_or_dir: str, template: str | None) -> int:
     """Body of ``agentrl check-template MODEL_OR_DIR [--template FILE]``; prints PASS or FAIL.
 
+    ``MODEL_OR_DIR`` is named as for ``train`` and ``serve``: a directory, ``tiny``, ``smollm2``
+    or a ``.gguf`` file, or a hub name (read from the local Hugging Face cache; the hub is
+    asked only when it answers, so offline an uncached name fails in seconds).
     Returns the exit code: 0 when the template is prefix-preserving, 1 otherwise (or on error).
     """
     from transformers import AutoTokenizer
 
-    shown, model_or_dir = model_or_dir, _gguf_converted(model_or_dir)
+    from agentrl.models.names import ModelNotLocal, from_pretrained
+
+    shown, model_or_dir = model_or_dir, _resolved(model_or_dir)
     hint = ("Without network access, pass a local directory that holds the tokenizer files "
-            "(tokenizer_config.json with tokenizer.json or vocab.json/merges.txt).")
+            "(tokenizer_config.json with tokenizer.json or vocab.json/merges.txt), or tiny.")
     if model_or_dir.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(model_or_dir)):
         print(f"error: no such directory {model_or_dir!r}. {hint}")
         return 1
@@ -229,9 +234,12 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
         if os.path.isdir(os.path.expanduser(model_or_dir)):
             print(f"error: cannot load a tokenizer from directory {model_or_dir!r}: {_first_line(local_error)}. {hint}")
             return 1
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(model_or_dir)
-        except Exception as e:  # offline hub lookups, unknown model ids
+        try:  # the hub, when it can be asked
+            tokenizer = from_pretrained(AutoTokenizer, model_or_dir, pass_as="the directory DIR")
+        except ModelNotLocal as e:
+            print(f"error: cannot load a tokenizer for model id {model_or_dir!r}: {e}")
+            return 1
+        except Exception as e:  # unknown model ids, gated repositories
             print(f"error: cannot load a tokenizer for model id {model_or_dir!r}: {_first_line(e)}. {hint}")
             return 1
     try:
@@ -243,7 +251,8 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
     if check.passed:
         print(f"PASS: {name} is prefix-preserving under tool appends")
         if check.tool_call_format:
-            print(f"tool calls: {check.tool_call_format} format (pass tool_call_format= to override)")
+            print(f"tool calls: {check.tool_call_format} format, detected (a run can name another: "
+                  f"model.tool_call_format=NAME in its config, or `agentrl train CONFIG model.tool_call_format=NAME`)")
         if check.notes:
             print(f"note: {check.notes}")
         return 0
@@ -254,13 +263,12 @@ def run_check_template(model_or_dir: str, template: str | None) -> int:
     return 1
 
 
-def _gguf_converted(model_or_dir: str) -> str:
-    """The cached HF directory of a GGUF model (``smollm2``, a ``.gguf`` file), converting it
-    on first use, so the tokenizer checked is the one training loads; anything else unchanged."""
-    from agentrl.models.gguf import resolve_gguf
+def _resolved(model_or_dir: str) -> str:
+    """The directory of a shortcut (``tiny``; ``smollm2`` or a ``.gguf`` file, converted on first
+    use), so the tokenizer checked is the one training loads; anything else unchanged."""
+    from agentrl.models.names import resolve_shortcut
 
-    converted = resolve_gguf(model_or_dir)
-    return str(converted) if converted is not None else model_or_dir
+    return resolve_shortcut(model_or_dir)
 
 
 def _first_line(e: Exception) -> str:
@@ -338,7 +346,9 @@ def run_check_corpus(directory: str, model_or_dir: str) -> int:
     if not os.path.isdir(directory):
         print(f"error: no such directory {directory!r}: pass a folder of .jinja chat templates")
         return 1
-    tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(_gguf_converted(model_or_dir)))
+    from agentrl.models.names import from_pretrained
+
+    tokenizer = from_pretrained(AutoTokenizer, os.path.expanduser(_resolved(model_or_dir)), pass_as="the directory DIR")
     rows = check_corpus(directory, tokenizer)
     for row in rows:
         print(corpus_line(row))

@@ -111,8 +111,10 @@ def resolve_template_source(tokenizer: Any, template: str | None) -> str:
             src = src.get("tool_use") or src.get("default")
         if not src:
             raise TemplateError(
-                "the tokenizer has no chat template; pass one: template='hermes' or "
-                "'qwen3_training' (shipped in agentrl/templates), a .jinja file path, or jinja source"
+                "the tokenizer has no chat template; name one: model.template=hermes in the run config "
+                "(or `agentrl train CONFIG model.template=hermes`), --template hermes for check-template and "
+                "serve, ChatTemplate(tokenizer, 'hermes') in Python; shipped in agentrl/templates: hermes, "
+                "hermes_compact, qwen3_training; a .jinja file path works too"
             )
         return src
     if "{{" in template or "{%" in template:
@@ -233,7 +235,8 @@ class ChatTemplate:
         self.template_kwargs = dict(template_kwargs or {})  # extra jinja variables (enable_thinking...)
         fmt = tool_call_format or detect_tool_call_format(self.source, tokenizer, **self.template_kwargs)
         if fmt not in TOOL_CALL_FORMATS:
-            raise TemplateError(f"unknown tool_call_format {fmt!r}; use one of {TOOL_CALL_FORMATS}")
+            raise TemplateError(f"unknown tool_call_format {fmt!r} (model.tool_call_format); "
+                                f"use one of {TOOL_CALL_FORMATS}")
         self.tool_call_format = fmt
         self.format = get_format(fmt)
         self.turn_end = self._detect_turn_end()

@@ -24,6 +24,8 @@ import copy
 import hashlib
 import importlib.util
 import json
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,7 +125,7 @@ def ensure_gguf_model(path_or_dir: str | Path, gguf_file: str | None = None,
         if not path.is_dir():
             raise _error(f"model.gguf_file={gguf_file!r} is read from the directory model.path, and "
                          f"{str(path)!r} is not a local directory; download the file first "
-                         "(huggingface-cli download REPO FILE --local-dir DIR) and set model.path=DIR")
+                         "(`hf download REPO FILE --local-dir DIR`) and set model.path=DIR")
         path = path / gguf_file
     if not path.is_file():
         raise _error(f"no GGUF file at {str(path)!r}: model.path takes a .gguf file, or a directory "
@@ -137,7 +139,12 @@ def ensure_gguf_model(path_or_dir: str | Path, gguf_file: str | None = None,
     def build(tmp: Path) -> None:
         import transformers
 
+        # ~20-30 s for 135M parameters on a CPU, most of it reading the file, which shows no progress
+        t0 = time.perf_counter()
+        print(f"converting {path.name} ({path.stat().st_size / 1e6:.0f} MB) into a Hugging Face directory, "
+              f"once per machine (~20-30 s for a 135M model on a CPU) -> {final}", file=sys.stderr, flush=True)
         convert_gguf(path.resolve(), tmp)
+        print(f"converted in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         # Where the directory came from, for whoever finds it in the cache (deleting it converts again).
         source = {"file": str(path.resolve()), "sha256": digest, "transformers": transformers.__version__}
         (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=1) + "\n", encoding="utf-8")

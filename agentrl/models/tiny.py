@@ -20,7 +20,9 @@ import hashlib
 import json
 import random
 import shutil
+import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -264,4 +266,13 @@ def ensure_tiny_model(cache_dir: str | Path | None = None, **kwargs) -> Path:
     key["_builder"] = BUILDER_VERSION
     key["_transformers"] = transformers.__version__
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return publish_once(root / f"tiny-{digest}", lambda tmp: build_tiny_model(tmp, overwrite=True, **kwargs))
+    final = root / f"tiny-{digest}"
+
+    def build(tmp: Path) -> None:
+        # a few seconds (a BPE trained on the spot), once per machine: said on stderr, before and after
+        t0 = time.perf_counter()
+        print(f"building the offline tiny model (once per machine) -> {final}", file=sys.stderr, flush=True)
+        build_tiny_model(tmp, overwrite=True, **kwargs)
+        print(f"tiny model built in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+    return publish_once(final, build)

@@ -137,8 +137,11 @@ def resolve_model_path(cfg: Config, env=None) -> str:
             raise ConfigError(
                 f"warmstart.enabled needs an environment with demonstrations(); {cfg.env.name!r} has none"
             )
+        from agentrl.models.names import cached_snapshot, is_hub_name
         from agentrl.run.warmstart import warm_start
 
+        if is_hub_name(path):  # the warm start reads a directory: the cached copy, or the fix at once
+            path = cached_snapshot(path)
         ws = cfg.warmstart
         path = str(warm_start(path, env, ws.settings(), tool_timeout=cfg.tools.timeout))
     return path
@@ -157,7 +160,9 @@ def load_model_and_tokenizer(path: str, device: str = "cpu", dtype: torch.dtype 
     try:
         tok = from_pretrained(AutoTokenizer, path)
         model = from_pretrained(AutoModelForCausalLM, path, dtype=dtype)
-    except OSError as e:
+    except ConfigError:  # a hub name that cannot be had offline: its own message, with the fix
+        raise
+    except (OSError, ValueError) as e:  # transformers raises ValueError for a folder without a tokenizer
         local = Path(path).exists()
         hint = (
             f"the directory {path} exists but holds no loadable model/tokenizer"

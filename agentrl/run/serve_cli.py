@@ -22,23 +22,25 @@ def build_service(model: str, *, template: str | None = None, max_total_tokens: 
     or a GGUF model (``smollm2`` or a ``.gguf`` file, converted once into the cache)."""
     from agentrl.chat import ChatTemplate
     from agentrl.engines import engine_class
-    from agentrl.models.gguf import resolve_gguf
+    from agentrl.models.names import ModelNotLocal, hub_refusal, not_local_message, resolve_shortcut
 
-    path, tool_call_format = model, None
-    if model == "tiny":
-        from agentrl.models.tiny import ensure_tiny_model
-
-        path = str(ensure_tiny_model())
-    elif (converted := resolve_gguf(model)) is not None:
-        path = str(converted)
-    elif (Path(model) / "model" / "config.json").exists():  # a training checkpoint: its model, its run's template
+    path, tool_call_format = resolve_shortcut(model), None  # tiny, smollm2, a .gguf file: as for train
+    if path == model and (Path(model) / "model" / "config.json").exists():  # a training checkpoint: its model, its run's template
         path = str(Path(model) / "model")
         if (Path(model) / "config.yaml").exists():
             from agentrl.run.config import load_config
 
             run = load_config(Path(model) / "config.yaml")
             template, tool_call_format = template or run.model.template, run.model.tool_call_format
-    engine = engine_class("hf").from_pretrained(path, seed=seed)  # the registry: the core never names a leaf
+    # A hub name stays with the local cache when the hub cannot be asked (offline: seconds, not a minute)
+    why = hub_refusal(path)
+    try:
+        engine = engine_class("hf").from_pretrained(  # the registry: the core never names a leaf
+            path, seed=seed, **({"local_files_only": True} if why is not None else {}))
+    except FileNotFoundError as e:
+        if why is None:
+            raise
+        raise ModelNotLocal(not_local_message(path, why, "the directory (agentrl serve DIR)")) from e
     chat = ChatTemplate(engine.tokenizer, template, tool_call_format=tool_call_format)
     budget = AttemptBudget(max_total_tokens=max_total_tokens, max_sampled_tokens=max_total_tokens,
                            max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0)

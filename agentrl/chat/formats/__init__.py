@@ -45,8 +45,8 @@ PROBE_TOOLS = [{"type": "function", "function": {
                    "required": ["city"]}}}]
 PROBE_CALL = ToolCall("agentrl_probe", {"city": "Paris", "days": 3}, id="call00001")  # 9 characters, as Mistral requires
 _PROBE_USER, _PROBE_ASSISTANT = "AgentrlProbeUser", "AgentrlProbeAssistant"
-FIX = ("set model.tool_call_format=NAME in the run config (ChatTemplate(..., tool_call_format=NAME) in Python), "
-       "NAME one of " + ", ".join(FORMATS))
+FIX = ("set model.tool_call_format=NAME in the run config (or `agentrl train CONFIG model.tool_call_format=NAME`; "
+       "ChatTemplate(..., tool_call_format=NAME) in Python), NAME one of " + ", ".join(FORMATS))
 
 
 class FormatDetectionError(ValueError):
