@@ -111,3 +111,17 @@ def test_cli_finds_tokenizer_named_in_run_config(tmp_path, capsys):
     (tmp_path / "config.yaml").write_text(f"model:\n  path: {QWEN}\n")
     assert run_inspect([str(tmp_path), "--no-color"]) == 0
     assert f"tokenizer {QWEN}" in capsys.readouterr().out
+
+
+def test_the_showing_line_is_never_wrapped(tmp_path, capsys):
+    # a tokenizer path longer than the console: the line stays whole (copy-pastable), as in a
+    # clone that sits deep in a temporary directory
+    ex = known_example()
+    (tmp_path / "rollouts").mkdir()
+    write_jsonl(str(tmp_path / "rollouts" / "step_000001.jsonl"), [ex.trajectory])
+    link = tmp_path / ("deep_" * 30) / "qwen"
+    link.parent.mkdir()
+    link.symlink_to(QWEN, target_is_directory=True)
+    (tmp_path / "config.yaml").write_text(f"model:\n  path: {link}\n")
+    assert run_inspect([str(tmp_path), "--no-color"]) == 0
+    assert f"tokenizer {link}" in capsys.readouterr().out

@@ -119,9 +119,9 @@ def _print_terminal(res: ScanResult, decoding: Decoding, no_color: bool, full: b
     console = make_console(sys.stdout, no_color=no_color, width=width)
     if res.rows:
         console.print(summary_table(res.rows))
-    console.print(f"showing {showing_text(res)} · {decoding.origin}", style="dim", highlight=False)
+    console.print(f"showing {showing_text(res)} · {decoding.origin}", style="dim", highlight=False, soft_wrap=True)
     if other_views_hint(res):
-        console.print(other_views_hint(res), style="dim", highlight=False)
+        console.print(other_views_hint(res), style="dim", highlight=False, soft_wrap=True)
     console.print()
     for k, rec in enumerate(res.selected, start=1):
         print_trajectory(console, rec, decoding, ordinal=f"{k}/{len(res.selected)}", full=full)
