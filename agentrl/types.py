@@ -18,6 +18,8 @@ SPAN_KINDS: tuple[str, ...] = ("prompt", "model", "tool", "template")
 
 FinishReason = Literal["stop", "length", "max_turns", "error"]
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "max_turns", "error")
+# The group ids of held-out evaluation attempts: eval/<task id> (written by the run, read by the viewer).
+EVAL_GROUP_PREFIX = "eval/"
 
 
 class ConfigError(ValueError):

@@ -34,10 +34,10 @@ from agentrl.inspect.filters import Selection
 from agentrl.inspect.loader import Problem, Record, iter_file
 from agentrl.inspect.sources import RolloutFile, Sources, find_sources  # noqa: F401 (doc example)
 from agentrl.inspect.summary import SummaryAccumulator, SummaryRow
+from agentrl.types import EVAL_GROUP_PREFIX
 
 MAX_KEPT_PROBLEMS = 200
 _HINT_GROUPS = 5
-EVAL_GROUP_PREFIX = "eval/"  # agentrl.run.evaluate names its groups eval/<task id>
 
 
 @dataclass

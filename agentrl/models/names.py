@@ -35,17 +35,21 @@ _TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's spelling of a true envir
 SHORTCUT_NAMES = ("tiny", *GGUF_SHORTCUTS)  # matched lower-cased
 
 
-def resolve_shortcut(name: str, *, tiny_seed: int = 0) -> str:
+def resolve_shortcut(name: str, *, tiny_seed: int = 0, gguf_file: str | None = None) -> str:
     """The directory behind a shortcut, built or converted on first use: ``tiny`` (always the
     offline tiny model, as for ``model.path``), ``smollm2`` (unless a local path of that name
-    exists) or a ``.gguf`` file; any other name (a directory, a hub name) unchanged."""
+    exists), a ``.gguf`` file, or a directory with ``gguf_file`` in it; any other name (a
+    model directory, a hub name) unchanged. One resolution for ``train``, ``serve`` and
+    ``check-template``."""
     if name == "tiny":
+        if gguf_file is not None:
+            raise ConfigError("model.gguf_file names a file in the directory model.path; model.path=tiny has none")
         from agentrl.models.tiny import ensure_tiny_model
 
         return str(ensure_tiny_model(seed=tiny_seed))
     from agentrl.models.gguf import resolve_gguf
 
-    converted = resolve_gguf(name)
+    converted = resolve_gguf(name, gguf_file)
     return str(converted) if converted is not None else name
 
 

@@ -120,18 +120,9 @@ def make_env(cfg: Config):
 def resolve_model_path(cfg: Config, env=None) -> str:
     """The directory or hub name to load; builds the tiny model, converts a GGUF file (once,
     into the cache) and builds the warm start when asked."""
-    path = cfg.model.path
-    if path == "tiny":
-        if cfg.model.gguf_file is not None:
-            raise ConfigError("model.gguf_file names a file in the directory model.path; model.path=tiny has none")
-        from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.models.names import resolve_shortcut
 
-        path = str(ensure_tiny_model(seed=cfg.model.tiny_seed))
-    else:
-        from agentrl.models.gguf import resolve_gguf
-
-        converted = resolve_gguf(path, cfg.model.gguf_file)
-        path = str(converted) if converted is not None else path
+    path = resolve_shortcut(cfg.model.path, tiny_seed=cfg.model.tiny_seed, gguf_file=cfg.model.gguf_file)
     if cfg.warmstart.enabled:
         if not isinstance(env, HasDemonstrations):
             raise ConfigError(

@@ -185,12 +185,17 @@ def _class_doc(cls: type) -> str:
 
 
 @lru_cache(maxsize=None)
-def _class_node(cls: type) -> ast.ClassDef | None:
+def _source(cls: type) -> str | None:
+    """The class's source, dedented (None when Python has none for it)."""
     try:
-        source = textwrap.dedent(inspect.getsource(cls))
+        return textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
         return None
-    node = ast.parse(source).body[0]
+
+
+def _class_node(cls: type) -> ast.ClassDef | None:
+    source = _source(cls)
+    node = ast.parse(source).body[0] if source is not None else None
     return node if isinstance(node, ast.ClassDef) else None
 
 
@@ -206,9 +211,8 @@ def _field_comments(cls: type) -> dict[str, tuple[str, str]]:
 
 @lru_cache(maxsize=None)
 def _own_field_comments(cls: type) -> dict[str, tuple[str, str]]:
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
+    source = _source(cls)
+    if source is None:
         return {}
     lines = source.splitlines()
     trailing: dict[int, str] = {}  # line number -> comment after code on that line

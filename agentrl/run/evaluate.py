@@ -6,8 +6,8 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agentrl.rollout import RolloutRunner
-from agentrl.types import Task, Trajectory, Verdict
+from agentrl.rollout.base import Runner
+from agentrl.types import EVAL_GROUP_PREFIX, Task, Trajectory, Verdict
 
 
 @dataclass
@@ -70,7 +70,7 @@ def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalRe
     return EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
 
 
-def evaluate(runner: RolloutRunner, env, tasks: list[Task], *, greedy: bool = True, pass_k: int = 0,
+def evaluate(runner: Runner, env, tasks: list[Task], *, greedy: bool = True, pass_k: int = 0,
              seed: int = 0) -> EvalResult:
     """Run every task once (greedy by default) and, if ``pass_k``, k samples each."""
     by_id = {t.id: t for t in tasks}
@@ -78,12 +78,12 @@ def evaluate(runner: RolloutRunner, env, tasks: list[Task], *, greedy: bool = Tr
     try:
         if greedy:
             runner.config = dataclasses.replace(base_cfg, temperature=0.0)
-        batch = runner.run(tasks, 1, env.system_prompt, seed=seed, group_prefix="eval/")
+        batch = runner.run(tasks, 1, env.system_prompt, seed=seed, group_prefix=EVAL_GROUP_PREFIX)
         score_all(env, by_id, batch.trajectories)
         result = accuracy_of(batch.trajectories, by_id)
         if pass_k > 0:
             runner.config = base_cfg
-            kb = runner.run(tasks, pass_k, env.system_prompt, seed=seed + 1, group_prefix="eval/")
+            kb = runner.run(tasks, pass_k, env.system_prompt, seed=seed + 1, group_prefix=EVAL_GROUP_PREFIX)
             score_all(env, by_id, kb.trajectories)
             solved = defaultdict(bool)
             for t in kb.trajectories:
