@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from agentrl.chat.check import check_prefix_preservation
     from agentrl.toolbox.box import ToolBox
     from agentrl.toolbox.tool import Tool, ToolContext, ToolResult, tool
-    from agentrl.types import Message, Span, Task, ToolCall, Trajectory, read_jsonl, write_jsonl
+    from agentrl.types import Failure, InfraError, Message, Span, Task, ToolCall, Trajectory, read_jsonl, write_jsonl
 
 # name -> the module that defines it
 _EXPORTS: dict[str, str] = {
@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     # data
     "Task": "agentrl.types", "Message": "agentrl.types", "ToolCall": "agentrl.types",
     "Trajectory": "agentrl.types", "Span": "agentrl.types",
+    "InfraError": "agentrl.types", "Failure": "agentrl.types",
     "read_jsonl": "agentrl.types", "write_jsonl": "agentrl.types",
     # environments
     "Environment": "agentrl.env", "Score": "agentrl.env", "final_answer": "agentrl.env",

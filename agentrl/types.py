@@ -27,6 +27,35 @@ class ConfigError(ValueError):
     reads a setting: the run config, the model loaders, the parallel plan)."""
 
 
+class InfraError(RuntimeError):
+    """Not the model's fault: raise it from a tool, a checker or an agent when the
+    infrastructure failed (a sandbox that could not start or died outside the model's code, a
+    search backend that is down, a lost connection). The attempt is then retried with a new
+    seed stream and, if it keeps failing, left out of its group's baseline and the loss
+    instead of being scored 0 (docs/design.md, "Failures"). ``cause`` is a short slug that the
+    metrics count (``infra/cause/<cause>``).
+
+    >>> e = InfraError("the search index is unreadable", cause="index_unreadable")
+    >>> e.cause, str(e)
+    ('index_unreadable', 'the search index is unreadable')
+    """
+
+    def __init__(self, message: str, *, cause: str = "infra") -> None:
+        super().__init__(message)
+        self.cause = _slug(cause)
+
+
+def _slug(text: str) -> str:
+    """A metric-name-safe cause: lower case letters, digits and underscores."""
+    out = "".join(c if c.isalnum() else "_" for c in str(text).strip().lower()).strip("_")
+    return out[:48] or "infra"
+
+
+# An attempt's outcome: it ran ("ok"), the model failed ("policy": scored, as any attempt),
+# or the infrastructure failed ("infra": retried, then excluded from baseline and loss).
+OUTCOMES: tuple[str, ...] = ("ok", "policy", "infra")
+
+
 @dataclass
 class ToolCall:
     """A call the model asked for, parsed from its text."""
@@ -180,6 +209,26 @@ class TrainerMarks:
 
 
 @dataclass
+class Failure:
+    """An infrastructure failure of one try of an attempt (see :class:`InfraError`).
+
+    ``source`` says where: ``tool:<name>`` (the tool raised InfraError), ``agent`` (an
+    OpenAI-API agent's harness or its connection), ``checker`` (the environment's ``score``
+    raised); the fault-injection harness (``rollout.fault_rate``) fails them with cause
+    ``injected``."""
+
+    source: str
+    cause: str  # a short slug: InfraError.cause, or the exception's class name
+    message: str  # the error text, cut to 500 characters
+
+    @staticmethod
+    def of(source: str, exc: BaseException) -> "Failure":
+        cause = exc.cause if isinstance(exc, InfraError) else _slug(type(exc).__name__)
+        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InfraError) else str(exc)
+        return Failure(source=source, cause=cause, message=text[:500])
+
+
+@dataclass
 class AgentSegment:
     """Where a trajectory sits in an attempt of an agent written against the OpenAI API
     (``serve.capture``, ``rollout.agent_runner``); ``None`` on the built-in runner's."""
@@ -221,6 +270,10 @@ class Trajectory:
     verdict: Verdict | None = None  # None until scored
     trained: TrainerMarks = field(default_factory=TrainerMarks)
     agent: AgentSegment | None = None
+    # an infrastructure failure that stood after the retries: no reward, no advantage, not in
+    # its group's statistics nor the loss (docs/design.md, "Failures"); None when it ran
+    failure: Failure | None = None
+    retried: list[Failure] = field(default_factory=list)  # earlier tries of this attempt that failed
     metadata: dict[str, Any] = field(default_factory=dict)  # the caller's own: agentrl writes none of its keys
 
     # Read-only shortcuts to the values the loss is built from; writers set the records.
@@ -235,6 +288,18 @@ class Trajectory:
     @property
     def old_logprobs(self) -> list[float] | None:
         return self.trained.old_logprobs
+
+    @property
+    def outcome(self) -> str:
+        """``infra`` (an infrastructure failure stood), ``policy`` (the model's own failure:
+        out of tokens or turns, a template error, a failed tool call, an agent that raised)
+        or ``ok``; see :data:`OUTCOMES`."""
+        if self.failure is not None:
+            return "infra"
+        if (self.finish_reason != "stop" or any(c.error for c in self.tool_calls)
+                or (self.agent is not None and self.agent.error is not None)):
+            return "policy"
+        return "ok"
 
     @property
     def num_model_tokens(self) -> int:
@@ -262,6 +327,10 @@ class Trajectory:
             d["old_logprobs"] = marks.old_logprobs
         if self.agent is not None:
             d["agent"] = asdict(self.agent)
+        if self.failure is not None:
+            d["failure"] = asdict(self.failure)
+        if self.retried:
+            d["retried"] = [asdict(f) for f in self.retried]
         return json.dumps(d, ensure_ascii=False)
 
     @staticmethod
@@ -303,6 +372,8 @@ class Trajectory:
             agent=None if agent is None else AgentSegment(
                 index=int(agent["index"]), segments=int(agent["segments"]), splits=int(agent.get("splits", 0)),
                 error=None if agent.get("error") is None else str(agent["error"])),
+            failure=None if d.get("failure") is None else Failure(**d["failure"]),
+            retried=[Failure(**f) for f in d.get("retried") or []],
             metadata=meta,
         )
 
@@ -340,7 +411,7 @@ _TYPED_BOOKKEEPING = ("task_id", "family", "turns", "void_turns", "score", "filt
 _TOKEN_FIELDS = ("token_ids", "prompt_len", "loss_mask", "logprobs")
 _SAMPLER_SCALARS = ("group_id", "sample_index", "finish_reason", "policy_version", "task_id", "family", "turns",
                     "void_turns")
-# The keys every line to_json writes carries ("old_logprobs" and "agent" only when set).
+# The keys every line to_json writes carries ("old_logprobs", "agent", "failure", "retried" only when set).
 JSONL_KEYS: tuple[str, ...] = (*_TOKEN_FIELDS, "spans", "messages", "tool_calls", "reward", "advantage",
                                *_SAMPLER_SCALARS, "score", "filtered", "staleness", "metadata")
 

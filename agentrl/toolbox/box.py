@@ -7,7 +7,9 @@ JSON schema from its type hints (mapping in :mod:`agentrl.toolbox.schema`). A pa
 
 :meth:`ToolBox.execute` never raises: an unknown tool, bad arguments, an exception inside the
 tool, a timeout or an oversized result all come back as a short observation for the model plus
-an error kind in :class:`ToolResult`. Timeouts come from the tool (``@tool(timeout=...)``) or
+an error kind in :class:`ToolResult`. A tool that raises :class:`agentrl.InfraError` (its
+infrastructure failed, not the model) comes back with error ``infra`` and a
+:class:`agentrl.Failure`: the rollout ends that attempt and the run retries it. Timeouts come from the tool (``@tool(timeout=...)``) or
 the ToolBox default, never from the model's arguments.
 
 Example::
@@ -41,10 +43,12 @@ import logging
 import time
 from typing import Any, Callable
 
+from agentrl.toolbox.faults import FaultPlan
 from agentrl.toolbox.output import cap_tokens
 from agentrl.toolbox.schema import coerce_integers, signature_hint
 from agentrl.toolbox.threads import ToolTimeout, call_in_worker
 from agentrl.toolbox.tool import Tool, ToolContext, ToolResult, await_with_limit
+from agentrl.types import Failure, InfraError
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,7 @@ class ToolBox:
         tokenizer: Any = None,
         default_timeout: float | None = 30.0,
         max_output_tokens: int = 1024,
+        faults: FaultPlan | None = None,
     ) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
@@ -78,23 +83,27 @@ class ToolBox:
         self.tokenizer = tokenizer
         self.default_timeout = default_timeout
         self.max_output_tokens = max_output_tokens
+        self.faults = faults  # the fault-injection harness (rollout.fault_rate); None in real runs
 
     def schemas(self) -> list[dict[str, Any]]:
         """The schema of every tool, in order, for the chat template's ``tools=`` argument."""
         return [t.schema() for t in self.tools.values()]
 
-    def new_context(self, trajectory_id: str) -> ToolContext:
-        """A fresh context for one trajectory; pass it to every ``execute`` of that trajectory."""
-        return ToolContext(trajectory_id=trajectory_id)
+    def new_context(self, trajectory_id: str, seed: int | None = None) -> ToolContext:
+        """A fresh context for one trajectory; pass it to every ``execute`` of that trajectory.
+        ``seed`` is the rollout's (it keys the fault-injection harness's seeded decisions)."""
+        return ToolContext(trajectory_id=trajectory_id, seed=seed)
 
     async def execute(self, name: str, arguments: dict[str, Any] | str, context: ToolContext) -> ToolResult:
         """Run one call and describe the outcome to the model. Never raises (except when the
         caller cancels it). ``arguments`` may also be the raw JSON text of the call."""
         start = time.perf_counter()
 
-        def done(content: str, error: str | None, max_tokens: int | None = None) -> ToolResult:
+        def done(content: str, error: str | None, max_tokens: int | None = None,
+                 failure: Failure | None = None) -> ToolResult:
             text, cut = cap_tokens(content, self.tokenizer, max_tokens or self.max_output_tokens)
-            return ToolResult(content=text, error=error, latency_s=time.perf_counter() - start, truncated=cut)
+            return ToolResult(content=text, error=error, latency_s=time.perf_counter() - start, truncated=cut,
+                              failure=failure)
 
         t = self.tools.get(name) if isinstance(name, str) else None
         if t is None:
@@ -115,7 +124,12 @@ class ToolBox:
                         "invalid_arguments")
         timeout = None if t.timeout is None else t.timeout + t.backstop_slack
         try:
+            if self.faults is not None:
+                self.faults.maybe_fail(t.name, context)
             content = await t.run(coerce_integers(arguments, t.parameters), context, timeout)
+        except InfraError as exc:  # not the model's fault: the rollout ends the attempt, the run retries it
+            return done(f"Error: tool '{t.name}' failed outside the model's control: {exc}", "infra",
+                        failure=Failure.of(f"tool:{t.name}", exc))
         except ToolTimeout:
             return done(f"Error: tool '{t.name}' timed out after {timeout:g}s.", "timeout")
         except Exception as exc:  # the tool's own bug or bad input: the model reads it, the rollout goes on

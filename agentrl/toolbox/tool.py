@@ -51,6 +51,7 @@ from jsonschema import Draft202012Validator
 from agentrl.toolbox.output import to_text
 from agentrl.toolbox.schema import FunctionSchema, argument_errors, function_schema, quick_check, signature_hint
 from agentrl.toolbox.threads import ToolTimeout, call_in_worker
+from agentrl.types import Failure
 
 
 class ToolDocWarning(UserWarning):
@@ -68,6 +69,8 @@ class ToolContext:
 
     trajectory_id: str
     state: dict[str, object] = field(default_factory=dict)
+    seed: int | None = None  # the rollout's seed (keys the fault-injection harness's decisions)
+    calls: int = 0  # calls executed so far in this trajectory (the harness's per-call key)
     _cleanups: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
     def on_close(self, fn: Callable[[], object]) -> None:
@@ -81,9 +84,10 @@ class ToolResult:
     """Outcome of one tool call, as the rollout records it."""
 
     content: str  # the observation the model sees (already capped)
-    error: str | None  # None on success; "unknown_tool" | "invalid_arguments" | "exception" | "timeout" | "parse_error"
+    error: str | None  # None on success; "unknown_tool" | "invalid_arguments" | "exception" | "timeout" | "parse_error" | "infra"
     latency_s: float
     truncated: bool  # output was capped
+    failure: Failure | None = None  # error "infra": the tool raised InfraError (not the model's fault)
 
 
 class Tool:
