@@ -13,7 +13,8 @@ from agentrl import cli
 from agentrl.algo.objective import Objective
 from agentrl.rollout.base import RolloutConfig
 from agentrl.run.config import ConfigError, load_config
-from agentrl.run.evaluate import CheckerError, score_all
+from agentrl.run.retry import InfraStopError
+from agentrl.run.scoring import score_all
 from agentrl.types import Message, Task, Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,14 +103,17 @@ def _traj(task_id: str, text: str) -> Trajectory:
 
 
 def test_a_checker_that_raises_names_the_environment_the_task_and_the_cause():
+    """Not a crash and not a reward: an infrastructure failure of the attempt, whose message
+    names the checker, the task, the attempt and the cause."""
     tasks = {"arith-17": Task("arith-17", "What is 2+2?", "4")}
-    with pytest.raises(CheckerError) as e:
-        score_all(_BrokenEnv(), tasks, [_traj("arith-17", "<answer>4</answer>")])
-    msg = str(e.value)
+    t = _traj("arith-17", "<answer>4</answer>")
+    score_all(_BrokenEnv(), tasks, [t])
+    assert t.verdict is None and t.reward is None and t.outcome == "infra"
+    assert (t.failure.source, t.failure.cause) == ("checker", "valueerror")
+    msg = t.failure.message
     assert msg.startswith("_BrokenEnv.score raised on task 'arith-17' (attempt 3 of group 'g0'): ValueError: "
                           "invalid literal for int()")
-    assert "Fix the checker: score(task, messages) must return a Score" in msg and "'<answer>4</answer>'" in msg
-    assert isinstance(e.value.__cause__, ValueError)
+    assert "fix it: score(task, messages) must return a Score" in msg and "'<answer>4</answer>'" in msg
 
 
 @pytest.mark.slow
@@ -128,9 +132,10 @@ def test_a_crash_during_training_prints_the_resume_command(tmp_path, monkeypatch
 
     monkeypatch.setattr(ArithmeticEnv, "score", score)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(CheckerError, match=r"ArithmeticEnv.score raised on task '[^']+' .*KeyError: 'answer'"):
+    with pytest.raises(InfraStopError, match=r"step 3: 16 of 16 attempts failed .* checker \(keyerror\): 16.*"
+                                             r"ArithmeticEnv.score raised on task '[^']+' .*KeyError: 'answer'"):
         cli.main(["train", str(CI_CFG), "output_dir=runs/c", "train.steps=4", "eval.at_start=false",
-                  "eval.num_tasks=2"])
+                  "eval.num_tasks=2", "rollout.infra_backoff_s=0"])
     err = capsys.readouterr().err
     assert ("the run stopped on an error (traceback below); resume with: agentrl train runs/c/config.yaml "
             "resume=true  (last checkpoint: step_000002)") in err

@@ -24,7 +24,7 @@ from agentrl.engines.scripted import PerRequestScriptedEngine, ScriptedEngine  #
 from agentrl.env import Score  # noqa: E402
 from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
 from agentrl.rollout import RolloutConfig, RolloutRunner  # noqa: E402
-from agentrl.run.evaluate import score_all  # noqa: E402
+from agentrl.run.scoring import score_all  # noqa: E402
 from agentrl.rollout.agent_runner import AgentRunner, AgentSettings, agent_metrics  # noqa: E402
 from agentrl.serve.server import EndpointServer  # noqa: E402
 from agentrl.serve.service import AttemptBudget, ChatService  # noqa: E402

@@ -44,6 +44,10 @@ class FilterResult:
     dropped_zero_variance: int
     masked_truncated: int
     dropped_void: int
+    # infrastructure failures (algo.update.compute_advantages): attempts whose failure stood,
+    # plus the attempts of groups left with fewer than 2 that ran; and those groups
+    excluded_infra: int = 0
+    dropped_infra_groups: int = 0
 
     @property
     def num_kept(self) -> int:

@@ -43,7 +43,9 @@ class AlgoConfig:
     is_cap: float = 2.0  # C in min(π_old/μ, C)
     # which attempts enter the loss
     drop_zero_variance: bool = False  # DAPO dynamic sampling
-    refill_batch: bool = False  # keep sampling prompts until the batch has enough signal groups
+    # keep sampling prompts until the batch has enough signal groups (with drop_zero_variance), or
+    # enough groups that ran (groups dropped for infrastructure failures, docs/design.md "Failures")
+    refill_batch: bool = False
     max_refills: int = 4  # the refill loop's bound (agentrl.run.collect); not part of the loss
     # attempts with finish_reason "length" (max_new_tokens or max_total_tokens hit) or
     # "max_turns" (still calling tools at rollout.max_turns) leave the loss (DAPO overlong filtering)

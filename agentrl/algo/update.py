@@ -107,8 +107,38 @@ class _FirstPass:
 
 
 def compute_advantages(trajs: list[Trajectory], objective: Objective) -> tuple[GroupAdvantages, FilterResult]:
-    """Advantages from rewards (written into each trajectory) and the attempt filters."""
-    if not trajs:  # a rank with no prompt this step (fewer prompts than ranks)
+    """Advantages from rewards (written into each trajectory) and the attempt filters.
+
+    Infrastructure failures are left out first (docs/design.md, "Failures"): an attempt whose
+    ``failure`` stood gets no advantage, is in no group's mean or std and never enters the
+    loss; a group left with fewer than 2 attempts that ran is dropped whole (its attempts get
+    no advantage either). The advantages of the rest are exactly those computed from them
+    alone. The returned GroupAdvantages describe the surviving attempts and groups; the
+    FilterResult's ``keep`` has one entry per trajectory of ``trajs``.
+    """
+    ran: dict[str, set[int]] = {}
+    failed = {(t.group_id, t.sample_index) for t in trajs if t.failure is not None}
+    for t in trajs:
+        if (t.group_id, t.sample_index) not in failed:
+            ran.setdefault(t.group_id, set()).add(t.sample_index)
+    groups = {t.group_id for t in trajs}
+    dropped = {g for g in groups if len(ran.get(g, ())) < 2 and any(k[0] == g for k in failed)}
+    inside = [(t.group_id, t.sample_index) not in failed and t.group_id not in dropped for t in trajs]
+    if all(inside):
+        return _advantages(trajs, objective)
+    survivors = [t for t, ok in zip(trajs, inside) if ok]
+    adv, filt = _advantages(survivors, objective)
+    keep = torch.zeros(len(trajs), dtype=torch.bool)
+    keep[torch.tensor([i for i, ok in enumerate(inside) if ok], dtype=torch.long)] = filt.keep
+    for t, ok in zip(trajs, inside):
+        if not ok:
+            t.trained.advantage = None
+    heads = {(t.group_id, t.sample_index) for t, ok in zip(trajs, inside) if not ok}
+    return adv, dataclasses.replace(filt, keep=keep, excluded_infra=len(heads), dropped_infra_groups=len(dropped))
+
+
+def _advantages(trajs: list[Trajectory], objective: Objective) -> tuple[GroupAdvantages, FilterResult]:
+    if not trajs:  # a rank with no prompt this step (fewer prompts than ranks), or nothing ran
         empty = torch.zeros(0, dtype=torch.bool)
         return (GroupAdvantages(torch.zeros(0, dtype=torch.float64), empty, torch.zeros(0, dtype=torch.long), []),
                 FilterResult(keep=empty, zero_variance_groups=0, dropped_zero_variance=0, masked_truncated=0,

@@ -8,7 +8,11 @@ see ``capture.py``). All attempts run concurrently; the engine batches their req
 
 An attempt gets ``timeout_s`` of wall time and ``max_sampled_tokens`` sampled tokens. An agent
 that raises or runs out of time gets ``Verdict(0.0)`` and its error in ``agent.error``;
-the batch goes on. The final answer the agent returns (text, or its final messages) becomes
+the batch goes on. Not the model's fault, and so an infrastructure failure
+(``Trajectory.failure``, retried by the run, never scored): the agent raised
+:class:`agentrl.InfraError`, or its client lost the connection to the endpoint or got a 5xx
+from it (``openai.APIConnectionError``, ``openai.InternalServerError``, an ``httpx``
+transport error). The final answer the agent returns (text, or its final messages) becomes
 the last assistant message of the attempt's last trajectory, which the checker scores.
 
 Example::
@@ -36,7 +40,12 @@ from agentrl.serve.protocol import parse_messages, RequestError
 from agentrl.serve.server import EndpointServer
 from agentrl.serve.service import AttemptBudget, ChatService
 from agentrl.toolbox import ToolBox
-from agentrl.types import AgentSegment, Message, Task, Trajectory, Verdict
+from agentrl.toolbox.faults import INJECTED_CAUSE, FaultPlan
+from agentrl.types import AgentSegment, Failure, InfraError, Message, Task, Trajectory, Verdict
+
+# Where a connection refuses at once: the fault-injection harness points a failed attempt's
+# client here, so the agent meets a real lost connection.
+_REFUSING_URL = "http://127.0.0.1:9/v1"
 
 
 @dataclass
@@ -51,7 +60,8 @@ class AgentRunner:
     """Runs ``agent(client, task)`` attempts against an OpenAI endpoint over ``engine``."""
 
     def __init__(self, engine, chat: ChatTemplate, agent, config: RolloutConfig | None = None,
-                 settings: AgentSettings | None = None, model_name: str = "agentrl", toolbox=None):
+                 settings: AgentSettings | None = None, model_name: str = "agentrl", toolbox=None,
+                 faults: FaultPlan | None = None):
         self.engine = engine
         self.toolbox = toolbox if toolbox is not None else ToolBox([])  # the environment's (agents bring their own)
         self.chat = chat
@@ -60,6 +70,7 @@ class AgentRunner:
         self.settings = settings or AgentSettings()
         self.service = ChatService(engine, chat, self._budget(None, ("", 0)), model_name=model_name)
         self._server: EndpointServer | None = None
+        self.faults = faults  # the fault-injection harness (rollout.fault_rate); None in real runs
 
     @property
     def server(self) -> EndpointServer:
@@ -107,9 +118,11 @@ class AgentRunner:
                 # every connection per request (quadratic at 64 agents); and plain HTTP on
                 # 127.0.0.1 needs no certificate bundle (loading one costs ~20 ms per client).
                 http = httpx.AsyncClient(verify=False, trust_env=False, timeout=self.settings.timeout_s)
-                client = openai.AsyncOpenAI(base_url=server.base_url(key), api_key="agentrl", max_retries=0,
-                                            timeout=self.settings.timeout_s, http_client=http)
-                jobs.append(self._attempt(task, i, group, key, client))
+                injected = self.faults is not None and self.faults.draw("agent", seed, group, i)
+                client = openai.AsyncOpenAI(base_url=_REFUSING_URL if injected else server.base_url(key),
+                                            api_key="agentrl", max_retries=0, timeout=self.settings.timeout_s,
+                                            http_client=http)
+                jobs.append(self._attempt(task, i, group, key, client, injected))
         results = await asyncio.gather(*jobs)
         trajectories = [t for r in results for t in r]
         stats = RolloutStats(total_s=time.perf_counter() - start, loop="agent",
@@ -118,8 +131,9 @@ class AgentRunner:
         stats.generate_s = batcher.busy_s - busy0 if batcher is not None else 0.0
         return RolloutBatch(trajectories, stats)
 
-    async def _attempt(self, task: Task, index: int, group: str, key: str, client) -> list[Trajectory]:
-        error, answer = None, None
+    async def _attempt(self, task: Task, index: int, group: str, key: str, client,
+                       injected: bool = False) -> list[Trajectory]:
+        error, answer, failure = None, None, None
         run = self.agent(client, task)
         if not inspect.isawaitable(run):  # the user's mistake, not the attempt's: stop here
             await client.close()
@@ -131,12 +145,22 @@ class AgentRunner:
         except asyncio.TimeoutError:
             error = f"timeout: the agent ran over {self.settings.timeout_s:g} s"
         except Exception as e:  # the agent's own failure: reward 0, the batch goes on
+            failure = infra_failure(e)
+            if failure is not None and injected:
+                failure = replace(failure, cause=INJECTED_CAUSE)
             error = f"{type(e).__name__}: {e}"[:2000]
         finally:
             capture = self.service.close_attempt(key)
             await client.close()
         trajs = capture.trajectories(group_id=group, sample_index=index, task_id=task.id, family=task.family,
                                      policy_version=self.engine.policy_version)
+        if failure is not None:  # not the model's fault: recorded (an empty trajectory if nothing was sampled)
+            trajs = trajs or [_placeholder(group, index, task, self.engine.policy_version)]
+            for t in trajs:
+                t.failure, t.finish_reason = failure, "error"
+                if t.agent is not None:
+                    t.agent = replace(t.agent, error=error)
+            return trajs
         if not trajs:
             return []
         if error is None:
@@ -145,6 +169,32 @@ class AgentRunner:
             for t in trajs:
                 t.verdict, t.agent = Verdict(0.0), replace(t.agent, error=error)
         return trajs
+
+
+def infra_failure(exc: BaseException) -> Failure | None:
+    """The Failure of an agent's exception when it is the infrastructure's (see the module
+    docstring), else None (the agent's own error: reward 0).
+
+    >>> infra_failure(InfraError("the judge API is down", cause="judge_down")).cause
+    'judge_down'
+    >>> infra_failure(ValueError("bad JSON from the model")) is None
+    True
+    """
+    if isinstance(exc, InfraError):
+        return Failure.of("agent", exc)
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & {"APIConnectionError", "TransportError", "ConnectionError"} and "APITimeoutError" not in names:
+        return Failure("agent", "connection_lost", f"{type(exc).__name__}: {exc}"[:500])
+    if "InternalServerError" in names:  # a 5xx from the endpoint: agentrl's fault, not the model's
+        return Failure("agent", "endpoint_error", f"{type(exc).__name__}: {exc}"[:500])
+    return None
+
+
+def _placeholder(group: str, index: int, task: Task, version: int) -> Trajectory:
+    """The record of an attempt that failed before its first completion: no tokens."""
+    return Trajectory(token_ids=[], prompt_len=0, loss_mask=[], logprobs=[], spans=[], messages=[],
+                      group_id=group, sample_index=index, finish_reason="error", policy_version=version,
+                      task_id=task.id, family=task.family, agent=AgentSegment(index=0, segments=1))
 
 
 def _attach_answer(last: Trajectory, answer) -> str | None:

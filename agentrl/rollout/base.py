@@ -38,6 +38,14 @@ class RolloutConfig:
     answer_pattern: str | None = None
     # "auto": per attempt when the engine serves requests one by one, else lock-step.
     loop: str = "auto"
+    # Infrastructure failures (a tool or agent raised agentrl.InfraError, lost its endpoint, the
+    # checker raised; docs/design.md "Failures"): rounds of retries of a failed attempt, with a new
+    # seed stream, then it is left out of its group's baseline and the loss (never scored 0).
+    infra_retries: int = 2
+    infra_backoff_s: float = 1.0  # seconds before the first retry round; doubled each round
+    # The fault-injection harness: this share of tool calls (and of OpenAI-API agent attempts)
+    # fails with an injected infrastructure fault, seeded. 0 in real runs; for measuring.
+    fault_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.loop not in LOOPS:
@@ -45,7 +53,10 @@ class RolloutConfig:
         rules = [("max_turns", self.max_turns >= 1, ">= 1"), ("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
                  ("max_total_tokens", self.max_total_tokens >= 1, ">= 1"),
                  ("temperature", self.temperature >= 0, ">= 0 (0 = greedy)"),
-                 ("top_p", 0 < self.top_p <= 1, "a value in (0, 1]")]
+                 ("top_p", 0 < self.top_p <= 1, "a value in (0, 1]"),
+                 ("infra_retries", self.infra_retries >= 0, ">= 0 (0 = no retry)"),
+                 ("infra_backoff_s", self.infra_backoff_s >= 0, ">= 0 seconds"),
+                 ("fault_rate", 0 <= self.fault_rate <= 1, "a value in [0, 1] (0 = no injected faults)")]
         for key, ok, valid in rules:
             if not ok:
                 raise ConfigError(f"rollout.{key}={getattr(self, key)!r} is out of range: use {valid}")

@@ -51,7 +51,7 @@ from agentrl.chat.formats.base import MidTurnState
 from agentrl.engines.base import Engine, Generation, SamplingParams, attempt_seed
 from agentrl.rollout.base import DEFAULT_ANSWER_PATTERN, RolloutBatch, RolloutConfig, RolloutStats
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult
-from agentrl.types import Message, Task, TokenSequence, ToolCall, ToolCallRecord, Trajectory
+from agentrl.types import Failure, Message, Task, TokenSequence, ToolCall, ToolCallRecord, Trajectory
 
 
 class _ToolClock:
@@ -89,6 +89,7 @@ class _Attempt:
     # a mid-turn format's state of the turn in progress, set while that turn is paused: the
     # next generation continues the same assistant turn
     mid: MidTurnState | None = None
+    failure: Failure | None = None  # a tool's infrastructure failed: the attempt ended (retried by the run)
 
 
 class RolloutRunner:
@@ -136,7 +137,7 @@ class RolloutRunner:
             for i in range(num_samples):
                 seq = TokenSequence()
                 seq.append(prompt_ids, "prompt")
-                ctx = self.toolbox.new_context(f"{group_prefix}{task.id}/{i}")
+                ctx = self.toolbox.new_context(f"{group_prefix}{task.id}/{i}", seed)
                 attempts.append(_Attempt(task, i, seq, list(head), ctx))
 
         if self.uses_attempt_loop:
@@ -195,6 +196,8 @@ class RolloutRunner:
                 return
             records = await clock.timed(asyncio.gather(*(self._one_call(a, c, turn) for c in a.pending)))
             a.records.extend(records)
+            if self._infra_failed(a):
+                return
             self._append_observations(a, tools)
             if a.finish_reason is not None:
                 return
@@ -226,8 +229,10 @@ class RolloutRunner:
             stats.tools_s += time.perf_counter() - t0
             it = iter(results)
             for a in calling:
-                a.records.extend(next(it) for _ in a.pending)
-                self._append_observations(a, tools)
+                records = [next(it) for _ in a.pending]
+                a.records.extend(records)
+                if not self._infra_failed(a):
+                    self._append_observations(a, tools)
 
     # -- one turn of one attempt ----------------------------------------------------------
 
@@ -287,8 +292,19 @@ class RolloutRunner:
             return ToolCallRecord(name="", arguments={}, result=f"Error: {call}", error="parse_error",
                                   latency_s=0.0, turn=turn)
         res: ToolResult = await self.toolbox.execute(call.name, call.arguments, a.context)
+        if res.failure is not None and a.failure is None:
+            a.failure = res.failure
         return ToolCallRecord(name=call.name, arguments=call.arguments, result=res.content,
                               error=res.error, latency_s=res.latency_s, turn=turn)
+
+    @staticmethod
+    def _infra_failed(a: _Attempt) -> bool:
+        """A call's infrastructure failed: end the attempt here, before its observation is
+        appended (the model never reads an outage as if its call had failed)."""
+        if a.failure is None:
+            return False
+        a.finish_reason, a.pending = "error", []
+        return True
 
     def _append_observations(self, a: _Attempt, tools: list[dict] | None) -> None:
         if a.mid is not None:
@@ -336,4 +352,5 @@ class RolloutRunner:
             finish_reason=a.finish_reason or "stop",
             policy_version=self.engine.policy_version,
             task_id=a.task.id, family=a.task.family, turns=a.turns, void_turns=a.void_turns,
+            failure=a.failure,
         )

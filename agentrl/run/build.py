@@ -208,6 +208,7 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     from agentrl.chat import ChatTemplate
     from agentrl.rollout import RolloutRunner
     from agentrl.toolbox import ToolBox
+    from agentrl.toolbox.faults import FaultPlan
 
     device = device or cfg.model.device
     sampler = None
@@ -228,15 +229,16 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     set_threads(cfg.model.num_threads, model)
     engine = make_engine(cfg, sampler if sampler is not None else model, tok, model_path)
     chat = ChatTemplate(tok, cfg.model.template, tool_call_format=cfg.model.tool_call_format)
+    faults = FaultPlan(cfg.rollout.fault_rate, cfg.seed) if cfg.rollout.fault_rate > 0 else None
     box = ToolBox(configured_tools(cfg, env), tokenizer=tok, default_timeout=cfg.tools.timeout,
-                  max_output_tokens=cfg.tools.max_output_tokens)
+                  max_output_tokens=cfg.tools.max_output_tokens, faults=faults)
     rollout_cfg = cfg.rollout
     if rollout_cfg.answer_pattern is None and isinstance(env, HasAnswerPattern) and env.answer_pattern:
         rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)
     if isinstance(env, HasAgent):  # user code against the OpenAI API runs the attempts
         from agentrl.rollout.agent_runner import AgentRunner
 
-        runner = AgentRunner(engine, chat, env.agent, rollout_cfg, cfg.agent, toolbox=box)
+        runner = AgentRunner(engine, chat, env.agent, rollout_cfg, cfg.agent, toolbox=box, faults=faults)
     else:
         runner = RolloutRunner(engine, chat, box, rollout_cfg)
     return Runtime(model, tok, engine, chat, box, runner, sampler)

@@ -14,7 +14,7 @@ import numpy as np
 
 from agentrl.algo.update import UpdateStats
 from agentrl.run.config import Config
-from agentrl.run.evaluate import score_all
+from agentrl.run.retry import RetryPolicy, infra_metrics, rollout_scored
 from agentrl.scale import distributed as dist
 from agentrl.run.rank_merge import StepShard
 from agentrl.types import Task, Trajectory
@@ -37,11 +37,22 @@ def draw_tasks(pool: list[Task], seed: int, step: int, n: int, draw: int = 0) ->
 
 
 def signal_groups(trajs: list[Trajectory]) -> int:
-    """Groups whose attempts do not all have the same reward (the ones GRPO learns from)."""
-    by: dict[str, set] = {}
+    """Groups whose attempts do not all have the same reward (the ones GRPO learns from),
+    among the attempts that ran (infrastructure failures have no reward) in groups of 2 or more."""
+    by: dict[str, dict[int, float | None]] = {}
     for t in trajs:
-        by.setdefault(t.group_id, set()).add(t.reward)
-    return sum(len(v) > 1 for v in by.values())
+        if t.failure is None:
+            by.setdefault(t.group_id, {})[t.sample_index] = t.reward
+    return sum(len(v) > 1 and len(set(v.values())) > 1 for v in by.values())
+
+
+def intact_groups(trajs: list[Trajectory]) -> int:
+    """Groups with at least 2 attempts that ran (the others are dropped: docs/design.md, "Failures")."""
+    ran: dict[str, set[int]] = {}
+    for t in trajs:
+        if t.failure is None:
+            ran.setdefault(t.group_id, set()).add(t.sample_index)
+    return sum(len(v) >= 2 for v in ran.values())
 
 
 def collect_step(cfg: Config, env, pool: list[Task], tasks_by_id: dict[str, Task], runner, step: int,
@@ -55,20 +66,23 @@ def collect_step(cfg: Config, env, pool: list[Task], tasks_by_id: dict[str, Task
     trajs: list[Trajectory] = []
     t_roll = t_tools = 0.0
     draws = 0
+    policy = RetryPolicy(cfg.rollout.infra_retries, cfg.rollout.infra_backoff_s)
     while True:
         tasks = dist.shard_whole_groups(draw_tasks(pool, cfg.seed, step, cfg.train.prompts_per_step, draws),
                                         rank, world)
-        batch = runner.run(tasks, G, env.system_prompt,
-                           seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
-                           group_prefix=f"s{step}d{draws}/")
-        score_all(env, tasks_by_id, batch.trajectories)
+        batch = rollout_scored(runner, env, tasks_by_id, tasks, G, env.system_prompt,
+                               seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
+                               group_prefix=f"s{step}d{draws}/", policy=policy)
         t_roll += batch.stats.total_s
         t_tools += batch.stats.tools_s
         trajs.extend(batch.trajectories)
         draws += 1
-        if not (cfg.algo.drop_zero_variance and cfg.algo.refill_batch) or draws > cfg.algo.max_refills:
+        if not cfg.algo.refill_batch or draws > cfg.algo.max_refills or (G < 2 and not cfg.algo.drop_zero_variance):
             break
-        if dist.sum_floats([signal_groups(trajs)])[0] >= cfg.train.prompts_per_step:
+        # DAPO: enough groups with signal; without drop_zero_variance, enough groups that ran
+        # (groups dropped for infrastructure failures are refilled)
+        have = signal_groups(trajs) if cfg.algo.drop_zero_variance else intact_groups(trajs)
+        if dist.sum_floats([have])[0] >= cfg.train.prompts_per_step:
             break
     return trajs, {"time/rollout": t_roll, "time/tools": t_tools, "batch/draws": float(draws)}
 
@@ -77,7 +91,8 @@ def step_metrics(shard: StepShard, st: UpdateStats, lr: float, version: int) -> 
     """The logged metrics of a step, from the merged shards of every rank and the update."""
     trajs, zero_var, n_groups = shard.trajectories, shard.zero_variance_groups, shard.groups
     n = max(1, len(trajs))
-    rewards = np.array([t.reward or 0.0 for t in trajs])
+    # infrastructure failures have no reward: the mean is over the attempts that ran
+    rewards = np.array([t.reward or 0.0 for t in trajs if t.failure is None] or [0.0])
     calls = sum(len(t.tool_calls) for t in trajs)
     errors = sum(1 for t in trajs for c in t.tool_calls if c.error)
     return {
@@ -94,5 +109,6 @@ def step_metrics(shard: StepShard, st: UpdateStats, lr: float, version: int) -> 
         "filter/masked_truncated": float(shard.masked_truncated),
         "filter/dropped_void": float(shard.dropped_void),
         **st.metrics(),
+        **infra_metrics(trajs, shard.excluded_infra, shard.dropped_infra_groups),
         "lr": lr, "policy_version": float(version),
     }

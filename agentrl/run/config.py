@@ -124,6 +124,9 @@ class TrainConfig:
     # Asynchronous rollouts (docs/async.md): a rollout thread samples up to this many optimizer
     # steps ahead of the trainer; 0 = the synchronous loop (sample, then update, in turn).
     max_staleness: int = 0
+    # Stop the run (exit 1, the step's rollouts written) when more than this share of a step's
+    # attempts ended with an infrastructure failure that stood after rollout.infra_retries
+    max_infra_fail_frac: float = 0.5
 
     def __post_init__(self) -> None:
         if self.autocast not in ("none", "bf16"):
@@ -135,7 +138,8 @@ class TrainConfig:
             ("micro_batch_tokens", self.micro_batch_tokens >= 1, ">= 1"),
             ("checkpoint_every", self.checkpoint_every >= 0, ">= 0 (0 = every step)"),
             ("keep_checkpoints", self.keep_checkpoints >= 0, ">= 0 (0 = keep all)"),
-            ("max_staleness", self.max_staleness >= 0, ">= 0 (0 = synchronous rollouts)")])
+            ("max_staleness", self.max_staleness >= 0, ">= 0 (0 = synchronous rollouts)"),
+            ("max_infra_fail_frac", 0 <= self.max_infra_fail_frac <= 1, "a value in [0, 1] (1 = never stop)")])
 
 
 @dataclass

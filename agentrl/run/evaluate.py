@@ -1,4 +1,7 @@
-"""Held-out evaluation: greedy accuracy per task family, and optional pass@k."""
+"""Held-out evaluation: greedy accuracy per task family, and optional pass@k.
+
+Attempts whose infrastructure failed are retried as in training (``agentrl.run.retry``); those
+whose failure stood are left out of the accuracy and counted (``eval/infra_excluded``)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from agentrl.rollout.base import Runner
-from agentrl.types import EVAL_GROUP_PREFIX, Task, Trajectory, Verdict
+from agentrl.run.retry import RetryPolicy, rollout_scored
+from agentrl.types import EVAL_GROUP_PREFIX, Task, Trajectory
 
 
 @dataclass
@@ -17,74 +21,47 @@ class EvalResult:
     pass_k: float | None = None
     k: int = 0
     trajectories: list[Trajectory] = field(default_factory=list)
+    infra_excluded: int = 0  # attempts left out: their infrastructure failure stood after the retries
 
     def metrics(self) -> dict[str, float]:
         out = {"eval/accuracy": self.accuracy}
+        if self.infra_excluded:
+            out["eval/infra_excluded"] = float(self.infra_excluded)
         out.update({f"eval/accuracy/{f}": v for f, v in sorted(self.by_family.items())})
         if self.pass_k is not None:
             out[f"eval/pass@{self.k}"] = self.pass_k
         return out
 
 
-def score_all(env, tasks_by_id: dict[str, Task], trajs: list[Trajectory]) -> None:
-    """Set each trajectory's ``verdict`` (reward and the checker's info) in place, once per attempt.
-
-    An attempt split into several trajectories (an OpenAI-API agent that rewrote its history:
-    same ``group_id`` and ``sample_index``) is scored on its last one, and every segment
-    carries that verdict. A verdict set before scoring (an agent that failed: 0) stands."""
-    last: dict[tuple[str, int], Trajectory] = {}
-    for t in trajs:
-        last[(t.group_id, t.sample_index)] = t
-    for t in last.values():
-        if t.verdict is None:
-            s = _score(env, tasks_by_id[t.task_id], t)
-            t.verdict = Verdict(float(s.reward), dict(s.info))
-    for t in trajs:
-        v = last[(t.group_id, t.sample_index)].verdict
-        if v is not None and t.verdict is not v:  # the attempt's earlier segments get a copy
-            t.verdict = Verdict(v.reward, dict(v.info))
-
-
-class CheckerError(RuntimeError):
-    """An environment's ``score(task, messages)`` raised; names the environment and the task."""
-
-
-def _score(env, task: Task, traj: Trajectory):
-    try:
-        return env.score(task, traj.messages)
-    except Exception as e:
-        last = traj.messages[-1].content if traj.messages else ""
-        raise CheckerError(
-            f"{type(env).__name__}.score raised on task {task.id!r} (attempt {traj.sample_index} of group "
-            f"{traj.group_id!r}): {type(e).__name__}: {e}. Fix the checker: score(task, messages) must return a "
-            f"Score for any transcript, e.g. reward 0 for a malformed or missing answer, never raise. The "
-            f"attempt's last message began {str(last)[:120]!r}") from e
-
-
 def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalResult:
-    """Mean reward of scored trajectories, overall and per task family."""
+    """Mean reward of scored trajectories, overall and per task family (infrastructure
+    failures left out and counted)."""
     fam: dict[str, list[float]] = defaultdict(list)
-    for t in trajs:
+    ran = [t for t in trajs if t.failure is None]
+    for t in ran:
         fam[tasks_by_id[t.task_id].family].append(t.reward or 0.0)
-    acc = sum(t.reward or 0.0 for t in trajs) / max(1, len(trajs))
-    return EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs)
+    acc = sum(t.reward or 0.0 for t in ran) / max(1, len(ran))
+    return EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs,
+                      infra_excluded=len(trajs) - len(ran))
 
 
 def evaluate(runner: Runner, env, tasks: list[Task], *, greedy: bool = True, pass_k: int = 0,
-             seed: int = 0) -> EvalResult:
-    """Run every task once (greedy by default) and, if ``pass_k``, k samples each."""
+             seed: int = 0, retry: RetryPolicy | None = None) -> EvalResult:
+    """Run every task once (greedy by default) and, if ``pass_k``, k samples each.
+    ``retry``: how infrastructure failures are retried (default: ``RetryPolicy()``)."""
     by_id = {t.id: t for t in tasks}
     base_cfg = runner.config
+    retry = retry or RetryPolicy()
     try:
         if greedy:
             runner.config = dataclasses.replace(base_cfg, temperature=0.0)
-        batch = runner.run(tasks, 1, env.system_prompt, seed=seed, group_prefix=EVAL_GROUP_PREFIX)
-        score_all(env, by_id, batch.trajectories)
+        batch = rollout_scored(runner, env, by_id, tasks, 1, env.system_prompt, seed=seed,
+                               group_prefix=EVAL_GROUP_PREFIX, policy=retry)
         result = accuracy_of(batch.trajectories, by_id)
         if pass_k > 0:
             runner.config = base_cfg
-            kb = runner.run(tasks, pass_k, env.system_prompt, seed=seed + 1, group_prefix=EVAL_GROUP_PREFIX)
-            score_all(env, by_id, kb.trajectories)
+            kb = rollout_scored(runner, env, by_id, tasks, pass_k, env.system_prompt, seed=seed + 1,
+                                group_prefix=EVAL_GROUP_PREFIX, policy=retry)
             solved = defaultdict(bool)
             for t in kb.trajectories:
                 solved[t.group_id] |= (t.reward or 0.0) >= 1.0

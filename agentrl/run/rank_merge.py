@@ -33,6 +33,8 @@ class StepShard:
     time_rollout: float  # seconds; the step waits for the slowest rank, so ranks merge by max
     time_tools: float
     draws: int
+    excluded_infra: int = 0  # attempts left out for infrastructure failures (theirs or their group's)
+    dropped_infra_groups: int = 0
 
 
 def merge_step_shards(shards: list[StepShard]) -> StepShard:
@@ -49,6 +51,8 @@ def merge_step_shards(shards: list[StepShard]) -> StepShard:
         time_rollout=max(s.time_rollout for s in shards),
         time_tools=max(s.time_tools for s in shards),
         draws=max(s.draws for s in shards),
+        excluded_infra=sum(s.excluded_infra for s in shards),
+        dropped_infra_groups=sum(s.dropped_infra_groups for s in shards),
     )
 
 

@@ -42,6 +42,7 @@ from agentrl.run.checkpoint_dcp import (is_sharded, load_sharded_checkpoint, loa
                                           save_sharded_checkpoint)
 from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
 from agentrl.run.rank_merge import StepShard, merge_eval_results, merge_step_shards
+from agentrl.run.retry import InfraStopError, RetryPolicy, stop_on_infra_failures
 from agentrl.run.resume import find_resume_checkpoint
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
 from agentrl.types import Task, Trajectory, write_jsonl
@@ -224,14 +225,19 @@ class Trainer:
         """Each rank evaluates its slice of the held-out tasks; the merged result on rank 0 (None elsewhere)."""
         e = self.cfg.eval
         mine = dist.shard_whole_groups(self.test_tasks, self.dist.rank, self.dist.world_size)
+        retry = RetryPolicy(self.cfg.rollout.infra_retries, self.cfg.rollout.infra_backoff_s)
         res = evaluate(self.runner, self.env, mine, greedy=e.greedy, pass_k=e.pass_k,
-                       seed=self.cfg.seed + 17) if mine else EvalResult(0.0, {})
+                       seed=self.cfg.seed + 17, retry=retry) if mine else EvalResult(0.0, {})
         parts = dist.gather_to_main(res)
         if parts is None:
             return None
         res = merge_eval_results(parts, self.test_by_id)
         write_jsonl(str(self.run_dir / "rollouts" / f"eval_step_{step:06d}.jsonl"), res.trajectories)
         return res
+
+    def _write_rollouts(self, step: int, trajs: list[Trajectory]) -> None:
+        if self.cfg.train.log_rollouts:
+            write_jsonl(str(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"), trajs)
 
     def train_step(self, step: int) -> dict[str, float]:
         """One step on every rank; the metrics of the whole step on rank 0 ({} elsewhere)."""
@@ -248,10 +254,12 @@ class Trainer:
             extra = batch_metrics(batch, split, cfg.train.max_staleness)
         if self.engine.capabilities.can_sleep and not self._producer_owns_engine:
             self.engine.sleep()  # e.g. vLLM with enable_sleep_mode frees its GPU memory
+        stop_on_infra_failures(trajs, cfg.train.max_infra_fail_frac, step,
+                               lambda all_trajs: self._write_rollouts(step, all_trajs))
         adv, filt = compute_advantages(trajs, self.objective)  # groups are whole on each rank
         keep = filt.keep.tolist()
         for t, k in zip(trajs, keep):
-            if not k:
+            if not k and t.failure is None:
                 t.trained.filtered = True
         t1 = time.perf_counter()
         st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
@@ -268,12 +276,12 @@ class Trainer:
             trajectories=trajs, zero_variance_groups=int(adv.zero_variance.sum()), groups=len(adv.zero_variance),
             dropped_zero_variance=filt.dropped_zero_variance, masked_truncated=filt.masked_truncated,
             dropped_void=filt.dropped_void, time_rollout=timing["time/rollout"], time_tools=timing["time/tools"],
-            draws=int(timing["batch/draws"])))
+            draws=int(timing["batch/draws"]), excluded_infra=filt.excluded_infra,
+            dropped_infra_groups=filt.dropped_infra_groups))
         if shards is None:
             return {}
         shard = merge_step_shards(shards)
-        if cfg.train.log_rollouts:
-            write_jsonl(str(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl"), shard.trajectories)
+        self._write_rollouts(step, shard.trajectories)
         m = step_metrics(shard, st, self.scheduler.get_last_lr()[0], self.version)
         m.update({"time/rollout": shard.time_rollout, "time/tools": shard.time_tools,
                   "batch/draws": float(shard.draws), "time/update": t_update})
@@ -361,6 +369,10 @@ class Trainer:
                     self._checkpoint()
                 if self.main:
                     plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "plots" / "curves.png", cfg.name)
+        except InfraStopError:  # the step changed nothing: its starting state is a clean resume point
+            if self.dist.world_size == 1 and self.state.step > 0:
+                self._checkpoint()
+            raise
         except KeyboardInterrupt:
             if self.dist.world_size > 1:  # ranks stop at different points: a collective save could hang
                 self.log(f"interrupted: resume from the last checkpoint (step {self.state.step} was not saved)")

@@ -1,0 +1,188 @@
+"""Infrastructure failures never become rewards (docs/design.md, "Failures"): retried with a
+new seed stream, then excluded from the group baseline and the loss; counted; a step with too
+many stops the run. Real runner, real tools, real checker calls; hand numbers for the math."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from agentrl import InfraError
+from agentrl.algo.grpo import group_advantages
+from agentrl.algo.objective import Objective
+from agentrl.algo.update import compute_advantages
+from agentrl.chat import ChatTemplate
+from agentrl.engines.scripted import PerRequestScriptedEngine, ScriptedEngine
+from agentrl.env import Score
+from agentrl.rollout import RolloutConfig, RolloutRunner
+from agentrl.run.collect import intact_groups, signal_groups
+from agentrl.run.retry import InfraStopError, RetryPolicy, check_failure_rate, infra_metrics, rollout_scored
+from agentrl.toolbox import ToolBox, ToolContext, tool
+from agentrl.toolbox.faults import FaultPlan
+from agentrl.types import Failure, Message, Task, Trajectory, Verdict
+from fixture_paths import QWEN25
+
+CALL = '<tool_call>\n{"name": "lookup", "arguments": {"key": "x"}}\n</tool_call>'
+FAILS: Counter = Counter()  # (trajectory id, rollout seed) -> infrastructure failures to raise
+SEEN: list[tuple[str, int | None]] = []  # (trajectory id, rollout seed) of every call
+
+
+@tool
+def lookup(key: str, ctx: ToolContext) -> str:
+    """Look a key up in a backend that may be down.
+
+    Args:
+        key: what to look up
+    """
+    SEEN.append((ctx.trajectory_id, ctx.seed))
+    if FAILS[(ctx.trajectory_id, ctx.seed)] > 0 or FAILS[(ctx.trajectory_id, None)] > 0:
+        raise InfraError("the lookup backend answered 503", cause="backend_unavailable")
+    return "42"
+
+
+class AnswerEnv:
+    system_prompt = "Look it up, then answer."
+
+    def __init__(self, raise_times: int = 0):
+        self.raise_times = raise_times  # the checker raises on its first calls
+
+    def score(self, task: Task, messages: list[Message]) -> Score:
+        if self.raise_times > 0:
+            self.raise_times -= 1
+            raise InfraError("the judge service timed out", cause="judge_timeout")
+        said = [m.content for m in messages if m.role == "assistant"]
+        return Score(1.0 if said and "<answer>42</answer>" in said[-1] else 0.0)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(QWEN25)
+
+
+def make_runner(tok, loop: str, faults: FaultPlan | None = None) -> RolloutRunner:
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    call = tok.encode(CALL, add_special_tokens=False) + [end]
+    answer = tok.encode("<answer>42</answer>", add_special_tokens=False) + [end]
+
+    def script(prompt: list[int], _call: int) -> list[int]:  # call the tool, answer once it replied
+        return answer if prompt.count(end) > 2 else call  # system and user turns end in the prompt
+
+    eng = PerRequestScriptedEngine(script) if loop == "attempt" else ScriptedEngine(script)
+    box = ToolBox([lookup], tokenizer=tok, faults=faults)
+    return RolloutRunner(eng, ChatTemplate(tok, "hermes"), box, RolloutConfig(max_turns=3, loop=loop))
+
+
+TASKS = [Task(id="a", prompt="what is x?", answer="42"), Task(id="b", prompt="and y?", answer="42")]
+BY_ID = {t.id: t for t in TASKS}
+
+
+@pytest.mark.parametrize("loop", ["attempt", "lockstep"])
+def test_a_tool_outage_ends_the_attempt_and_its_retry_takes_its_place(tok, loop):
+    FAILS.clear(), SEEN.clear()
+    FAILS[("p/a/1", 11)] = 1  # attempt 1 of task a: the backend is down on its first try only
+    FAILS[("p/b/2", 11)] = 1  # attempt 2 of task b: down on its first try, and on each retry (a
+    FAILS[("p/b/0", 11 + 104_729)] = FAILS[("p/b/0", 11 + 2 * 104_729)] = 1  # retry runs as attempt 0)
+    naps: list[float] = []
+    batch = rollout_scored(make_runner(tok, loop), AnswerEnv(), BY_ID, TASKS, 3, "sys", seed=11, group_prefix="p/",
+                           policy=RetryPolicy(retries=2, backoff_s=0.25), sleep=naps.append)
+    trajs = batch.trajectories
+    assert [(t.group_id, t.sample_index) for t in trajs] == [(f"p/{g}", i) for g in "ab" for i in range(3)]
+    a1, b2 = trajs[1], trajs[5]
+    assert a1.failure is None and a1.reward == 1.0 and a1.outcome == "ok"
+    assert [(f.source, f.cause) for f in a1.retried] == [("tool:lookup", "backend_unavailable")]
+    assert b2.failure == Failure("tool:lookup", "backend_unavailable", "the lookup backend answered 503")
+    assert len(b2.retried) == 2 and b2.verdict is None and b2.reward is None and b2.outcome == "infra"
+    # the failed try ended at the outage: the model never read the error as an observation
+    assert b2.finish_reason == "error" and b2.tool_calls[-1].error == "infra" and b2.turns == 1
+    assert all(t.kind != "tool" for t in b2.spans)
+    assert naps == [0.25, 0.5]  # exponential backoff, one wait per round
+    # every retry sampled a new seed stream
+    seeds = [s for tid, s in SEEN if tid == "p/b/0"]
+    assert len(set(seeds)) == 3 and seeds[0] == 11
+    for t in trajs:
+        t.check()
+    m = infra_metrics(trajs, excluded=1, groups_dropped=0)
+    assert (m["infra/failed"], m["infra/retried"], m["infra/excluded"]) == (4.0, 3.0, 1.0)
+    assert m["infra/source/tool_lookup"] == 4.0 and m["infra/cause/backend_unavailable"] == 4.0
+
+
+def test_a_checker_outage_is_scored_again_without_a_new_rollout(tok):
+    FAILS.clear(), SEEN.clear()
+    batch = rollout_scored(make_runner(tok, "lockstep"), AnswerEnv(raise_times=2), BY_ID, TASKS, 2, "sys", seed=3,
+                           group_prefix="q/", policy=RetryPolicy(retries=1, backoff_s=0.0))
+    assert len(SEEN) == 4  # one call per attempt: nothing was rolled out again
+    assert all(t.failure is None and t.reward == 1.0 for t in batch.trajectories)
+    assert [len(t.retried) for t in batch.trajectories] == [1, 1, 0, 0]
+    assert batch.trajectories[0].retried[0].source == "checker"
+
+
+def _traj(group: str, i: int, reward: float | None, failed: bool = False) -> Trajectory:
+    t = Trajectory(token_ids=[1, 2, 3], prompt_len=1, loss_mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.5], spans=[],
+                   messages=[], group_id=group, sample_index=i)
+    t.verdict = None if reward is None else Verdict(reward)
+    t.failure = Failure("tool:python", "sandbox_died", "gone") if failed else None
+    return t
+
+
+def test_survivors_get_exactly_the_advantages_of_their_group_without_the_failures():
+    """Hand numbers: group g = rewards 1, 0, 1 and one failure. Without the failure: mean 2/3,
+    population std sqrt(2)/3, so A = +1/sqrt(2) for the successes and -sqrt(2) for the failure
+    that ran. Scored as 0, the failed attempt would have given mean 1/2, std 1/2: A = +1, -1."""
+    trajs = [_traj("g", 0, 1.0), _traj("g", 1, 0.0), _traj("g", 2, 1.0), _traj("g", 3, None, failed=True),
+             _traj("h", 0, 1.0), _traj("h", 1, None, failed=True), _traj("h", 2, None, failed=True),
+             _traj("k", 0, 0.0), _traj("k", 1, 1.0)]
+    adv, filt = compute_advantages(trajs, Objective())
+    got = [t.advantage for t in trajs]
+    s = 1 / math.sqrt(2)
+    assert got[:3] == pytest.approx([s, -2 * s, s], abs=1e-12) and got[3] is None
+    assert got[4:7] == [None, None, None]  # h: one attempt ran; the group is dropped whole
+    assert got[7:] == [-1.0, 1.0]
+    alone = group_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0], dtype=torch.float64), ["g", "g", "g", "k", "k"])
+    assert [got[i] for i in (0, 1, 2, 7, 8)] == alone.advantages.tolist()  # bit for bit
+    assert filt.keep.tolist() == [True, True, True, False, False, False, False, True, True]
+    assert (filt.excluded_infra, filt.dropped_infra_groups) == (4, 1)
+    assert adv.group_keys == ["g", "k"] and adv.zero_variance.tolist() == [False, False]
+    assert intact_groups(trajs) == 2 and signal_groups(trajs) == 2
+
+
+def test_a_failure_in_a_split_attempt_excludes_every_segment():
+    segs = [_traj("g", 0, 1.0), _traj("g", 0, 1.0), _traj("g", 1, None, failed=True), _traj("g", 1, None, True),
+            _traj("g", 2, 0.0)]
+    _, filt = compute_advantages(segs, Objective())
+    assert filt.keep.tolist() == [True, True, False, False, True] and filt.excluded_infra == 1
+    assert [t.advantage for t in segs] == [1.0, 1.0, None, None, -1.0]
+
+
+def test_no_failure_leaves_compute_advantages_unchanged():
+    trajs = [_traj("g", i, r) for i, r in enumerate([1.0, 0.0, 0.0, 1.0])]
+    adv, filt = compute_advantages(trajs, Objective())
+    assert [t.advantage for t in trajs] == [1.0, -1.0, -1.0, 1.0] and filt.excluded_infra == 0
+    assert filt.keep.all()
+
+
+def test_too_many_standing_failures_stop_with_the_causes():
+    trajs = [_traj("g", 0, 1.0), _traj("g", 1, None, failed=True), _traj("g", 2, None, failed=True)]
+    check_failure_rate(trajs, 0.7, step=4)  # 2 of 3 is under 0.7
+    with pytest.raises(InfraStopError, match=r"step 4: 2 of 3 attempts failed .*tool:python \(sandbox_died\): 2. "
+                                             r"First: gone") as e:
+        check_failure_rate(trajs, 0.5, step=4)
+    assert len(e.value.failures) == 2
+
+
+def test_fault_injection_is_seeded_and_every_failure_is_recorded(tok):
+    plan = FaultPlan(rate=0.3, seed=5)
+    runs = []
+    for _ in range(2):
+        FAILS.clear()
+        many = [Task(id=f"t{i}", prompt=f"what is x{i}?", answer="42") for i in range(16)]
+        batch = make_runner(tok, "attempt", plan).run(many, 4, "sys", seed=9, group_prefix="f/")
+        runs.append([(t.group_id, t.sample_index, None if t.failure is None else t.failure.cause)
+                     for t in batch.trajectories])
+    assert runs[0] == runs[1]  # the same faults run to run, whatever the order of the calls
+    injected = [c for *_, c in runs[0] if c is not None]
+    assert injected and set(injected) == {"injected"} and 0.15 < len(injected) / len(runs[0]) < 0.45  # 64 attempts, one call each
