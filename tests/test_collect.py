@@ -29,6 +29,6 @@ def test_more_prompts_than_the_pool_draws_with_replacement():
 
 
 def test_signal_groups_count_groups_whose_rewards_differ():
-    t = [SimpleNamespace(group_id=g, reward=r) for g, r in
-         [("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0), ("c", 0.0), ("c", 0.25), ("d", 0.5)]]
+    t = [SimpleNamespace(group_id=g, reward=r, sample_index=i, failure=None) for i, (g, r) in
+         enumerate([("a", 1.0), ("a", 0.0), ("b", 1.0), ("b", 1.0), ("c", 0.0), ("c", 0.25), ("d", 0.5)])]
     assert signal_groups(t) == 2  # a and c; b all equal; d alone

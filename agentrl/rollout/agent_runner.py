@@ -74,7 +74,9 @@ class AgentRunner:
 
     @property
     def server(self) -> EndpointServer:
-        if self._server is None:
+        """The endpoint, started on first use and started again if it stopped (its attempts then
+        failed as infrastructure failures, and their retries need it)."""
+        if self._server is None or not self._server.alive:
             self._server = EndpointServer(self.service).start()
         return self._server
 

@@ -134,6 +134,11 @@ class EndpointServer:
         self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self
 
+    @property
+    def alive(self) -> bool:
+        """True while the server thread runs (a stopped or crashed endpoint is replaced by its owner)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._server.should_exit = True
         if self._thread is not None:
