@@ -188,3 +188,34 @@ def test_fault_injection_is_seeded_and_every_failure_is_recorded(tok):
     assert injected and set(injected) == {"injected"} and len(injected) < len(runs[0])
     draws = [plan.fails(ToolContext(f"g/{i}", seed=1), 0) for i in range(20_000)]
     assert abs(sum(draws) / len(draws) - 0.3) < 0.015  # the rate asked for (4.6 standard errors)
+
+
+def test_the_inspector_shows_a_standing_failure_and_the_retries(tmp_path, capsys):
+    """Terminal and HTML: the failure that stood, its source and cause, that it was excluded,
+    and the failed tries before a retried attempt."""
+    from agentrl.inspect.cli import run_inspect
+    from agentrl.types import Span, write_jsonl
+
+    def traj(i: int, reward: float | None) -> Trajectory:
+        t = Trajectory(token_ids=[1, 2, 3], prompt_len=1, loss_mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.5],
+                       spans=[Span(0, 1, "prompt"), Span(1, 3, "model")], messages=[], group_id="s1d0/a",
+                       sample_index=i)
+        t.verdict = None if reward is None else Verdict(reward)
+        return t
+
+    stood, retried = traj(0, None), traj(1, 1.0)
+    stood.failure = Failure("tool:python", "sandbox_died", "server died")
+    retried.retried = [Failure("tool:search", "index_unreadable", "x"), Failure("checker", "keyerror", "y")]
+    path = tmp_path / "step_000001.jsonl"
+    write_jsonl(str(path), [stood, retried, traj(2, 0.0)])
+    assert run_inspect([str(path), "--index", "0", "--no-color"]) == 0
+    out = capsys.readouterr().out
+    assert ("infrastructure failure (tool:python, sandbox_died): server died — excluded: no reward, no advantage, "
+            "not trained") in out
+    assert "not scored: an infrastructure failure, excluded from its group and the loss" in out
+    assert run_inspect([str(path), "--index", "1", "--no-color"]) == 0
+    assert ("retried 2 times after infrastructure failures: tool:search (index_unreadable), checker (keyerror)"
+            in capsys.readouterr().out)
+    html = tmp_path / "page.html"
+    assert run_inspect([str(path), "--index", "0", "--html", str(html)]) == 0
+    assert "infrastructure failure (tool:python, sandbox_died)" in html.read_text()

@@ -37,7 +37,7 @@ from agentrl.inspect.page_css import CSS
 from agentrl.inspect.page_js import JS
 from agentrl.inspect.scan import ScanResult, other_views_hint, showing_text
 from agentrl.inspect.sources import Sources
-from agentrl.inspect.summary import SummaryRow, segment_note, training_cells
+from agentrl.inspect.summary import SummaryRow, failure_lines, segment_note, training_cells
 from agentrl.inspect.svg import line_chart_svg
 from agentrl.inspect.tokens import old_logprobs_note, ratio_stats, tiling_segments
 from agentrl.types import SPAN_KINDS
@@ -88,7 +88,7 @@ def trajectory_data(rec: Record, decoding: Decoding, notes: list[str]) -> dict[s
                      for m in t.messages],
         "first_response": first_response,
         "ratio": ratio,
-        "notes": notes,
+        "notes": [*failure_lines(t), *notes],
     }
 
 

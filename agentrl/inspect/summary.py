@@ -104,6 +104,27 @@ def training_cells(r: SummaryRow) -> tuple[str, str, str]:
     return (str(r.groups), f"{r.zero_variance_groups}/{r.groups}", f"{100 * r.model_token_frac:.0f}%")
 
 
+def failure_lines(t: Trajectory) -> list[str]:
+    """What the infrastructure did to this attempt (docs/design.md, "Failures"): a failure that
+    stood (excluded from its group and the loss) and the failed tries before this one.
+
+    >>> from agentrl.types import Failure
+    >>> t = Trajectory([1], 1, [0], [0.0], [], [], failure=Failure("tool:python", "sandbox_died", "gone"))
+    >>> failure_lines(t)
+    ['infrastructure failure (tool:python, sandbox_died): gone — excluded: no reward, no advantage, not trained']
+    """
+    out = []
+    if t.failure is not None:
+        f = t.failure
+        out.append(f"infrastructure failure ({f.source}, {f.cause}): {f.message} — excluded: no reward, "
+                   "no advantage, not trained")
+    if t.retried:
+        tries = ", ".join(f"{f.source} ({f.cause})" for f in t.retried)
+        out.append(f"retried {len(t.retried)} time{'s' if len(t.retried) > 1 else ''} after infrastructure "
+                   f"failures: {tries}")
+    return out
+
+
 def segment_note(t: Trajectory) -> str:
     """For an OpenAI-API agent's attempt that was split (its history rewritten): which part."""
     if t.agent is None or t.agent.segments < 2:

@@ -34,7 +34,7 @@ from rich.text import Text
 
 from agentrl.inspect.decode import Decoding
 from agentrl.inspect.loader import Record
-from agentrl.inspect.summary import SummaryRow, segment_note, training_cells
+from agentrl.inspect.summary import SummaryRow, failure_lines, segment_note, training_cells
 from agentrl.inspect.tokens import old_logprobs_note, ratio_stats, span_facts, token_kinds
 from agentrl.types import Trajectory
 
@@ -94,10 +94,11 @@ def _header(t: Trajectory, rec: Record, ordinal: str) -> list[Text]:
                  f" · {rec.where}", style="bold")
     resp = len(t.token_ids) - t.prompt_len
     sizes = f"tokens {len(t.token_ids)} = prompt {t.prompt_len} + response {resp}"
+    flagged = [Text(line, style="bold red" if line.startswith("infra") else "yellow") for line in failure_lines(t)]
     if rec.evaluation:
         facts = Text(f"reward {_fmt(t.reward, 'g')}  finish {t.finish_reason}  policy v{t.policy_version}  "
                      f"{sizes}{segment_note(t)}")
-        return [title, facts, Text("evaluation attempt: sampled and scored, never trained "
+        return [title, facts, *flagged, Text("evaluation attempt: sampled and scored, never trained "
                                    "(no advantage, no trainer log-probs)", style="dim")]
     adv = _fmt(t.advantage, "+.3f")
     facts = Text(f"reward {_fmt(t.reward, 'g')}  advantage {adv}  finish {t.finish_reason}  "
@@ -108,7 +109,7 @@ def _header(t: Trajectory, rec: Record, ordinal: str) -> list[Text]:
                      f"max |log ρ| {rs.max_abs_log:.4f}, {rs.outside_clip} outside [0.8, 1.2]")
     else:
         ratio = Text(f"ratio π_old/μ: {old_logprobs_note(t) or 'trainer log-probs not recorded'}", style="dim")
-    return [title, facts, ratio]
+    return [title, facts, *flagged, ratio]
 
 
 def _span_text(t: Trajectory, texts: list[str], kinds: list[str], start: int, end: int, color: bool) -> Text:

@@ -102,6 +102,8 @@ def old_logprobs_note(t: Trajectory, evaluation: bool = False) -> str | None:
         return EVAL_NOTE
     if t.old_logprobs is not None:
         return None
+    if t.failure is not None:
+        return "not scored: an infrastructure failure, excluded from its group and the loss"
     if t.trained.filtered:
         return "not scored: kept out of the loss by the objective's filter"
     if not any(x == 1 for x in t.loss_mask):
