@@ -219,3 +219,59 @@ def test_the_inspector_shows_a_standing_failure_and_the_retries(tmp_path, capsys
     html = tmp_path / "page.html"
     assert run_inspect([str(path), "--index", "0", "--html", str(html)]) == 0
     assert "infrastructure failure (tool:python, sandbox_died)" in html.read_text()
+
+
+def _recomputed_from_survivors(trajs: list[Trajectory]) -> dict[tuple[str, int], float]:
+    """The advantages the attempts that ran would get with no failure ever sampled: groups of
+    at least 2 survivors, by the same ``group_advantages``."""
+    ran: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        if t.failure is None:
+            ran.setdefault(t.group_id, []).append(t)
+    keep = [t for ts in ran.values() if len(ts) >= 2 for t in ts]
+    adv = group_advantages(torch.tensor([t.reward for t in keep], dtype=torch.float64), [t.group_id for t in keep])
+    return {(t.group_id, t.sample_index): a for t, a in zip(keep, adv.advantages.tolist())}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_real_run_with_injected_faults_trains_on_the_survivors_alone(tmp_path, staleness):
+    """The CI example with the python tool failing on 30% of calls and no retry, synchronous and
+    with the rollout thread: every surviving attempt's recorded advantage is exactly the one
+    computed from the survivors alone; failures are recorded, counted and never rewarded."""
+    import json
+
+    from agentrl.run.config import load_config
+    from agentrl.run.trainer import Trainer
+    from agentrl.types import read_jsonl
+    from pathlib import Path
+
+    run = tmp_path / f"k{staleness}"
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "arithmetic_ci.yaml", [
+        f"output_dir={run}", "train.steps=3", f"train.max_staleness={staleness}", "eval.at_start=false",
+        "eval.num_tasks=8", "train.checkpoint_every=100", "rollout.fault_rate=0.3", "rollout.infra_retries=0",
+        # the warm start of tests/test_async.py (cached per machine): the model calls the tool
+        "warmstart.enabled=true", "warmstart.num_demos=512", "warmstart.steps=200", "warmstart.lr=0.002",
+        "warmstart.batch_size=16", "warmstart.corruption=0.0", "rollout.max_new_tokens=96",
+        "rollout.max_total_tokens=600"])
+    Trainer(cfg).train()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "infra/failed" in r]
+    assert len(steps) == 3 and sum(r["infra/excluded"] for r in steps) > 0
+    assert all(r["infra/retried"] == 0 and r["infra/failed"] == r.get("infra/cause/injected", 0) for r in steps)
+    failed = 0
+    for path in sorted((run / "rollouts").glob("step_*.jsonl")):
+        trajs = read_jsonl(str(path))
+        want = _recomputed_from_survivors(trajs)
+        for t in trajs:
+            if (t.group_id, t.sample_index) in want:
+                assert t.advantage == want[(t.group_id, t.sample_index)], path  # exactly
+            else:  # failed, or in a group left with fewer than 2 that ran
+                assert t.advantage is None and t.old_logprobs is None
+            if t.failure is not None:
+                failed += 1
+                assert t.reward is None and t.failure.source == "tool:python" and t.failure.cause == "injected"
+                assert t.tool_calls[-1].error == "infra" and t.finish_reason == "error"
+    assert failed == sum(r["infra/excluded"] for r in steps) - sum(  # the dropped groups' survivors aside
+        1 for p in sorted((run / "rollouts").glob("step_*.jsonl")) for t in read_jsonl(str(p))
+        if t.failure is None and t.advantage is None)

@@ -51,3 +51,14 @@ def test_run_report_reads_the_metrics_file(tmp_path):
     text = run_report(tmp_path)  # a line cut by a kill is skipped
     assert "0.000 -> 1.000" in text and "1 steps" in text
     assert "no evaluation ran" in summarize([_step(1, 0.5, 1)], tmp_path)
+
+
+def test_infrastructure_failures_are_summed_with_their_causes():
+    steps = [{**_step(1, 0.5, 3), "infra/failed": 3.0, "infra/retried": 3.0, "infra/excluded": 1.0,
+              "infra/groups_dropped": 0.0, "infra/cause/injected": 2.0, "infra/cause/sandbox_died": 1.0},
+             {**_step(2, 0.5, 3), "infra/failed": 2.0, "infra/retried": 1.0, "infra/excluded": 1.0,
+              "infra/groups_dropped": 1.0, "infra/cause/injected": 2.0}]
+    text = summarize(steps, "runs/r")
+    assert (" infrastructure       5 failed tries (injected 4, sandbox_died 1): 4 retried, 2 attempts excluded, "
+            "1 groups dropped") in text
+    assert "infrastructure" not in summarize([_step(1, 0.5, 3)], "runs/r")

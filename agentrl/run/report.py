@@ -2,7 +2,7 @@
 
 Printed by ``agentrl train`` when a run ends: held-out accuracy per task family at the first
 and last evaluation, the training reward, the groups with signal, tool use, where the time
-went, warnings for a run that cannot have learned (no group with signal, every tool call
+went, the infrastructure failures (when there were any), warnings for a run that cannot have learned (no group with signal, every tool call
 failing, accuracy that never moved), and the commands to look further.
 
     >>> rows = [{"step": 0, "eval/accuracy": 0.0, "eval/accuracy/add": 0.0},
@@ -78,12 +78,29 @@ def _training(steps: list[dict]) -> list[str]:
     if "tools/calls_per_traj" in first:
         out.append(f" {'tool calls/attempt':<20} {first['tools/calls_per_traj']:.2f} -> {last['tools/calls_per_traj']:.2f}"
                    f"  (errors {first.get('tools/error_rate', 0):.0%} -> {last.get('tools/error_rate', 0):.0%})")
+    out += _infrastructure(steps)
     total = sum(r.get("time/step", 0.0) for r in steps)
     rollout = sum(r.get("time/rollout", 0.0) for r in steps)
     update = sum(r.get("time/update", 0.0) for r in steps)
     out.append(f" {'time':<20} {total:.1f} s in {len(steps)} steps: rollout {rollout:.1f} s, update {update:.1f} s, "
                f"other {max(0.0, total - rollout - update):.1f} s")
     return out
+
+
+def _infrastructure(steps: list[dict]) -> list[str]:
+    """Infrastructure failures over the run (docs/design.md, "Failures"); nothing when none."""
+    failed = sum(r.get("infra/failed", 0.0) for r in steps)
+    if not failed:
+        return []
+    total = {k: sum(r.get(f"infra/{k}", 0.0) for r in steps) for k in ("retried", "excluded", "groups_dropped")}
+    causes: dict[str, float] = {}
+    for r in steps:
+        for k, v in r.items():
+            if k.startswith("infra/cause/"):
+                causes[k.removeprefix("infra/cause/")] = causes.get(k.removeprefix("infra/cause/"), 0.0) + v
+    top = ", ".join(f"{c} {n:.0f}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1])[:4])
+    return [f" {'infrastructure':<20} {failed:.0f} failed tries ({top}): {total['retried']:.0f} retried, "
+            f"{total['excluded']:.0f} attempts excluded, {total['groups_dropped']:.0f} groups dropped"]
 
 
 def warnings(evals: list[dict], steps: list[dict], run_dir: Path | str = "RUN") -> list[str]:
