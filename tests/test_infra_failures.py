@@ -233,27 +233,36 @@ def _recomputed_from_survivors(trajs: list[Trajectory]) -> dict[tuple[str, int],
     return {(t.group_id, t.sample_index): a for t, a in zip(keep, adv.advantages.tolist())}
 
 
+# the warm start of tests/test_async.py (cached per machine): the model calls the tool
+TOOL_WARM_START = ["warmstart.enabled=true", "warmstart.num_demos=512", "warmstart.steps=200", "warmstart.lr=0.002",
+                   "warmstart.batch_size=16", "warmstart.corruption=0.0", "rollout.max_new_tokens=96",
+                   "rollout.max_total_tokens=600"]
+RUNS = {  # (example config, its overrides, the source its injected faults have)
+    "native": ("arithmetic_ci.yaml", TOOL_WARM_START, "tool:python"),
+    "async": ("arithmetic_ci.yaml", [*TOOL_WARM_START, "train.max_staleness=1"], "tool:python"),
+    "agent": ("openai_agent_tiny.yaml", ["train.prompts_per_step=8"], "agent"),  # its own warm start (CI has it)
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("staleness", [0, 1])
-def test_a_real_run_with_injected_faults_trains_on_the_survivors_alone(tmp_path, staleness):
-    """The CI example with the python tool failing on 30% of calls and no retry, synchronous and
-    with the rollout thread: every surviving attempt's recorded advantage is exactly the one
-    computed from the survivors alone; failures are recorded, counted and never rewarded."""
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_a_real_run_with_injected_faults_trains_on_the_survivors_alone(tmp_path, kind):
+    """Injected faults at 30% with no retry, in the native runner (synchronous and with the
+    rollout thread) and in the OpenAI-API agent runner: every surviving attempt's recorded
+    advantage is exactly the one computed from the survivors alone; failures are recorded,
+    counted and never rewarded."""
     import json
+    from pathlib import Path
 
     from agentrl.run.config import load_config
     from agentrl.run.trainer import Trainer
     from agentrl.types import read_jsonl
-    from pathlib import Path
 
-    run = tmp_path / f"k{staleness}"
-    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "arithmetic_ci.yaml", [
-        f"output_dir={run}", "train.steps=3", f"train.max_staleness={staleness}", "eval.at_start=false",
-        "eval.num_tasks=8", "train.checkpoint_every=100", "rollout.fault_rate=0.3", "rollout.infra_retries=0",
-        # the warm start of tests/test_async.py (cached per machine): the model calls the tool
-        "warmstart.enabled=true", "warmstart.num_demos=512", "warmstart.steps=200", "warmstart.lr=0.002",
-        "warmstart.batch_size=16", "warmstart.corruption=0.0", "rollout.max_new_tokens=96",
-        "rollout.max_total_tokens=600"])
+    example, overrides, source = RUNS[kind]
+    run = tmp_path / kind
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / example, [
+        f"output_dir={run}", "train.steps=3", "eval.at_start=false", "eval.num_tasks=8", "eval.every=0",
+        "train.checkpoint_every=100", "rollout.fault_rate=0.3", "rollout.infra_retries=0", *overrides])
     Trainer(cfg).train()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "infra/failed" in r]
@@ -270,8 +279,8 @@ def test_a_real_run_with_injected_faults_trains_on_the_survivors_alone(tmp_path,
                 assert t.advantage is None and t.old_logprobs is None
             if t.failure is not None:
                 failed += 1
-                assert t.reward is None and t.failure.source == "tool:python" and t.failure.cause == "injected"
-                assert t.tool_calls[-1].error == "infra" and t.finish_reason == "error"
+                assert t.reward is None and t.failure.source == source and t.failure.cause == "injected"
+                assert t.finish_reason == "error" and (source == "agent" or t.tool_calls[-1].error == "infra")
     assert failed == sum(r["infra/excluded"] for r in steps) - sum(  # the dropped groups' survivors aside
         1 for p in sorted((run / "rollouts").glob("step_*.jsonl")) for t in read_jsonl(str(p))
         if t.failure is None and t.advantage is None)
