@@ -284,3 +284,24 @@ def test_a_real_run_with_injected_faults_trains_on_the_survivors_alone(tmp_path,
     assert failed == sum(r["infra/excluded"] for r in steps) - sum(  # the dropped groups' survivors aside
         1 for p in sorted((run / "rollouts").glob("step_*.jsonl")) for t in read_jsonl(str(p))
         if t.failure is None and t.advantage is None)
+
+
+def test_a_group_dropped_for_failures_is_refilled(tok):
+    """With algo.refill_batch, a group left with fewer than 2 attempts that ran is replaced by a
+    new draw of prompts (here: both attempts of task a fail for good in the first draw)."""
+    from pathlib import Path
+
+    from agentrl.run.collect import collect_step
+    from agentrl.run.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "arithmetic_ci.yaml", [
+        "algo.num_samples=2", "train.prompts_per_step=2", "rollout.infra_retries=0", "algo.refill_batch=true"])
+    FAILS.clear()
+    FAILS[("s1d0/a/0", None)] = FAILS[("s1d0/a/1", None)] = 1
+    trajs, timing = collect_step(cfg, AnswerEnv(), TASKS, BY_ID, make_runner(tok, "lockstep"), step=1)
+    assert timing["batch/draws"] == 2.0 and intact_groups(trajs) == 3
+    _, filt = compute_advantages(trajs, Objective())
+    assert (filt.excluded_infra, filt.dropped_infra_groups) == (2, 1)
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "arithmetic_ci.yaml", [
+        "algo.num_samples=2", "train.prompts_per_step=2", "rollout.infra_retries=0"])
+    assert collect_step(cfg, AnswerEnv(), TASKS, BY_ID, make_runner(tok, "lockstep"), step=1)[1]["batch/draws"] == 1
