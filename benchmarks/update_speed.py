@@ -67,7 +67,7 @@ def main() -> None:
         t0 = time.perf_counter()
         o.zero_grad(set_to_none=True)
         lp, _ = score_tokens(net, mb, 1.0, mode[0], share_prefix=mode[1])
-        out = objective.loss(lp, lp.detach(), adv, mask, total_seqs=args.rows, total_tokens=tokens)
+        out = objective.policy_loss(lp, lp.detach(), adv, mask, total_seqs=args.rows, total_tokens=tokens)
         out.loss.backward()
         o.step()
         return time.perf_counter() - t0

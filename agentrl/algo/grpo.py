@@ -10,8 +10,11 @@ Pipeline the trainer runs::
     adv = group_advantages(rewards, group_ids)                # A_i, one per attempt
     logp, ent = token_logprobs(logits, targets, temperature)  # log pi_theta(y_t)
     w = truncated_is_weights(old_logp, sampler_logp, mask, cap=2.0)   # optional
-    out = policy_loss(logp, old_logp, adv.advantages, mask, is_weights=w)
+    out = policy_loss(logp, old_logp, adv.advantages, mask, is_weights=w)   # the clip surrogate
     out.loss.backward()
+
+Other surrogates (``algo.loss``: GSPO, CISPO, ...) are modules of :mod:`agentrl.algo.surrogates`;
+:func:`surrogate_policy_loss` adds to any of them the IS weight, the KL term and the aggregation.
 
 Example (3 successes of 8, the worked example of docs/design.md, "The objective")::
 
@@ -24,22 +27,21 @@ Example (3 successes of 8, the worked example of docs/design.md, "The objective"
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+# AGG_MODES and LOG_RATIO_CLAMP (±20 on every log-ratio before exp) are shared with the surrogates
+from agentrl.algo.surrogates.base import AGG_MODES, LOG_RATIO_CLAMP, TokenLoss
+from agentrl.algo.surrogates.clip import clip_loss
+
 STD_KINDS: tuple[str, ...] = ("population", "sample")
 SCALES: tuple[str, ...] = ("std", "none")
-AGG_MODES: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
 
-# |log ratio| beyond 20 (a ratio of 5e8) means a broken batch, not a signal; clamping keeps
-# exp() finite so one bad token cannot turn the whole gradient into NaN. Such a token is far
-# outside any clip range, where the clipped objective has zero gradient anyway.
-LOG_RATIO_CLAMP = 20.0
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -358,7 +360,9 @@ def policy_loss(
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
 ) -> PolicyLossOutput:
-    """Clipped surrogate loss with optional dual clip, IS correction and KL penalty.
+    """Clipped surrogate loss with optional dual clip, IS correction and KL penalty: the
+    ``clip`` surrogate (:func:`agentrl.algo.surrogates.clip.clip_loss`) through
+    :func:`surrogate_policy_loss`, as ``Objective.policy_loss`` computes it with ``algo.loss: clip``.
 
     Per masked token of attempt i, with ``rho = exp(log pi_theta - log pi_old)`` and
     ``A = advantages[i]``::
@@ -377,16 +381,45 @@ def policy_loss(
     >>> out.loss.item(), out.clip_frac.item()  # rho = 1: loss = -A
     (-1.0, 0.0)
     """
+    return surrogate_policy_loss(
+        lambda lp, old, adv, m: clip_loss(lp, old, adv, m, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip),
+        logprobs, old_logprobs, advantages, mask, agg=agg, total_seqs=total_seqs, total_tokens=total_tokens,
+        norm_len=norm_len, is_weights=is_weights, ref_logprobs=ref_logprobs, kl_coef=kl_coef, kl_estimator=kl_estimator)
+
+
+def surrogate_policy_loss(
+    token_loss: Callable[[Tensor, Tensor, Tensor, Tensor], TokenLoss],
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    agg: str = "seq-mean-token-mean",
+    total_seqs: int | None = None,
+    total_tokens: int | None = None,
+    norm_len: int | None = None,
+    is_weights: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+) -> PolicyLossOutput:
+    """Any surrogate's loss, with what all of them share::
+
+        L_t = token_loss(logprobs, old_logprobs, advantages, mask).per_token    (agentrl.algo.surrogates)
+        L_t = w_t L_t + kl_coef * KL_t          (w = is_weights, KL = kl_penalty(..., kl_estimator))
+        loss = aggregate(L, mask, agg)
+
+    and the metrics over this call's masked tokens. ``logprobs`` carries the gradient;
+    old/ref log-probs, advantages and weights are treated as constants (detached). Shapes:
+    [B, T] except ``advantages`` [B].
+    """
     _check_same_2d(logprobs=logprobs, old_logprobs=old_logprobs, mask=mask,
                    is_weights=is_weights, ref_logprobs=ref_logprobs)
     _check_choice("agg", agg, AGG_MODES)
     _check_choice("kl_estimator", kl_estimator, KL_ESTIMATORS)
     if tuple(advantages.shape) != (logprobs.shape[0],):
         raise ValueError(f"advantages must be [B]={logprobs.shape[0]}, got {tuple(advantages.shape)}")
-    if not (0 <= eps_low < 1 and eps_high >= 0):
-        raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0; got {eps_low}, {eps_high}")
-    if dual_clip is not None and not dual_clip > 1:
-        raise ValueError(f"dual_clip={dual_clip} must be > 1 (Ye et al. use 3), or None")
+    tl = token_loss(logprobs, old_logprobs, advantages, mask)
     if kl_coef < 0:
         raise ValueError(f"kl_coef={kl_coef} must be >= 0")
     if kl_coef > 0 and ref_logprobs is None:
@@ -394,18 +427,7 @@ def policy_loss(
 
     m = mask.bool()
     zero = torch.zeros_like(logprobs)
-    log_ratio = torch.where(m, logprobs - old_logprobs.detach(), zero)
-    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    adv = advantages.detach().to(logprobs.dtype)[:, None]
-    loss_unclipped = -ratio * adv
-    loss_clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
-    pg = torch.maximum(loss_unclipped, loss_clipped)
-    clipped = m & (loss_clipped > loss_unclipped)
-    dual = torch.zeros_like(m)
-    if dual_clip is not None:
-        cap = -dual_clip * adv  # > 0 exactly where A < 0
-        dual = m & (adv < 0) & (pg > cap)
-        pg = torch.where(adv < 0, torch.minimum(pg, cap), pg)
+    pg = tl.per_token
     if is_weights is not None:
         pg = pg * torch.where(m, is_weights.detach().to(pg.dtype), zero)
     per_token = pg
@@ -421,13 +443,13 @@ def policy_loss(
     with torch.no_grad():
         n = m.sum()
         denom = n.clamp(min=1).to(logprobs.dtype)
-        masked_ratio = torch.where(m, ratio, zero)
+        masked_ratio = torch.where(m, tl.ratio, zero)
         return PolicyLossOutput(
             loss=loss,
             pg_loss=aggregate(pg.detach(), mask, agg, **counts),
             kl=(torch.where(m, kl_tok, zero).sum() / denom) if kl_tok is not None else zero.sum(),
-            clip_frac=clipped.sum() / denom,
-            dual_clip_frac=dual.sum() / denom,
+            clip_frac=tl.clipped.sum() / denom,
+            dual_clip_frac=tl.dual.sum() / denom if tl.dual is not None else zero.sum(),
             ratio_mean=masked_ratio.sum() / denom,
             ratio_max=masked_ratio.max() if n > 0 else zero.sum(),
             num_tokens=n,

@@ -2,9 +2,10 @@
 the advantages, picks the attempts that enter the loss, computes the loss, and prints itself.
 
 Its settings are the ``algo:`` config section itself (:class:`agentrl.algo.settings.AlgoConfig`,
-which it extends), so a GRPO variant is one field there, a branch in the math
-(:mod:`agentrl.algo.grpo`) and a line in :meth:`Objective.describe`. The printed block comes
-from the same object that computes the loss, so the two cannot drift apart.
+which it extends). The surrogate is the one ``algo.loss`` names in the registry
+(:mod:`agentrl.algo.surrogates`: its loss, its keys, its printed line); the IS weight, KL,
+aggregation and filters around it are shared. The printed block comes from the same object that
+computes the loss, so the two cannot drift apart.
 
 Example (the defaults: GRPO with population std, ε = 0.2, seq-mean-token-mean, no KL)::
 
@@ -26,8 +27,10 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from agentrl.algo.filters import FilterResult, filter_attempts
-from agentrl.algo.grpo import GroupAdvantages, PolicyLossOutput, group_advantages, policy_loss, truncated_is_weights
+from agentrl.algo.grpo import (GroupAdvantages, PolicyLossOutput, group_advantages, surrogate_policy_loss,
+                               truncated_is_weights)
 from agentrl.algo.settings import AlgoConfig
+from agentrl.algo.surrogates import SURROGATES, Surrogate
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ class Objective(AlgoConfig):
                    temperature=cfg.rollout.temperature, sampling=sampling)
 
     @property
+    def surrogate(self) -> Surrogate:
+        """The surrogate ``algo.loss`` selects (its module in :mod:`agentrl.algo.surrogates`)."""
+        return SURROGATES[self.loss]
+
+    @property
     def uses_reference(self) -> bool:
         """Whether the loss needs a reference model's log-probs (β > 0)."""
         return self.kl_coef > 0
@@ -81,14 +89,16 @@ class Objective(AlgoConfig):
             return None
         return truncated_is_weights(old_logprobs, sampler_logprobs, mask, cap=self.is_cap, level=self.is_level)
 
-    def loss(self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-             total_seqs: int, total_tokens: int, is_weights: Tensor | None = None,
-             ref_logprobs: Tensor | None = None) -> PolicyLossOutput:
+    def policy_loss(self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+                    total_seqs: int, total_tokens: int, is_weights: Tensor | None = None,
+                    ref_logprobs: Tensor | None = None) -> PolicyLossOutput:
         """The loss of one micro-batch, normalized by the whole batch's counts (``total_seqs``
-        attempts, ``total_tokens`` trained tokens) so micro-batch gradients sum to the batch's."""
-        return policy_loss(
-            logprobs, old_logprobs, advantages, mask, eps_low=self.eps_low, eps_high=self.eps_high,
-            dual_clip=self.dual_clip, agg=self.agg, total_seqs=total_seqs, total_tokens=total_tokens,
+        attempts, ``total_tokens`` trained tokens) so micro-batch gradients sum to the batch's.
+        (Not ``loss``: that name is the ``algo.loss`` setting, the surrogate's name.)"""
+        surrogate = self.surrogate
+        return surrogate_policy_loss(
+            lambda lp, old, adv, m: surrogate.token_loss(lp, old, adv, m, self),
+            logprobs, old_logprobs, advantages, mask, agg=self.agg, total_seqs=total_seqs, total_tokens=total_tokens,
             norm_len=self.norm_len, is_weights=is_weights, ref_logprobs=ref_logprobs if self.uses_reference else None,
             kl_coef=self.kl_coef, kl_estimator=self.kl_estimator,
         )
@@ -102,13 +112,11 @@ class Objective(AlgoConfig):
             "token-mean": "Σ_i Σ_t L_t / Σ_i |y_i|   (token-mean, DAPO)",
             "seq-mean-token-sum-norm": f"Σ_i Σ_t L_t / (G · {self.norm_len})   (seq-mean-token-sum-norm, Dr. GRPO)",
         }[self.agg]
-        clip = f"L_t = -min(ρA, clip(ρ, 1-{self.eps_low}, 1+{self.eps_high})A),  ρ = π_θ/π_old"
-        if self.dual_clip:
-            clip += f";  dual-clip for A<0: L_t = min(L_t, -{self.dual_clip}·A)"
         kl = ("none (β = 0, no reference model loaded)" if not self.uses_reference
               else f"β={self.kl_coef}, estimator {self.kl_estimator}")
         isw = ("off (π_old is the sampler)" if not self.uses_is_weights
                else f"min(π_old/μ, {self.is_cap}) at {self.is_level} level")
+        unread = self.unread_keys()  # another surrogate's keys, set: shown, so that no setting goes unseen
         filters = [name for name, on in [
             ("drop zero-variance groups" + (" (refill batch)" if self.refill_batch else ""), self.drop_zero_variance),
             ("mask truncated attempts", self.mask_truncated),
@@ -117,7 +125,8 @@ class Objective(AlgoConfig):
         lines = [
             "── objective ───────────────────────────────────────────────",
             f" advantage   {adv}   std={self.std}, floor={self.std_floor} (zero-variance group -> A=0)",
-            f" surrogate   {clip}",
+            f" surrogate   {self.surrogate.describe(self)}",
+            *([f" ignored     {', '.join(unread)} (not read by algo.loss={self.loss})"] if unread else []),
             f" aggregate   {norm}",
             f" KL          {kl}",
             f" IS weight   {isw}",

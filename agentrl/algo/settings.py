@@ -2,24 +2,28 @@
 fields (names, defaults, ``Literal`` choices) and :class:`agentrl.algo.objective.Objective`
 extends it, so the objective a run computes has exactly the settings a user can write.
 
-A new GRPO variant is one field here (with its default and comment), its branch in the math
-(:mod:`agentrl.algo.grpo`) and, where it shows, its words in ``Objective.describe``.
-tests/test_config.py checks that every field reaches the objective and its printed block.
+The shared settings are declared here; each surrogate's own keys (``eps_low`` ... for
+``clip``, ``gspo_eps_low`` ... for ``gspo``) are declared in its module under
+:mod:`agentrl.algo.surrogates` and inherited, so a new surrogate adds its keys without an
+edit here. tests/test_config.py checks that every field reaches the objective and its printed
+block.
 
 Torch-free on purpose: :mod:`agentrl.run.config` imports it without loading torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from agentrl.algo.surrogates import FIELD_CLASSES, SURROGATES, SurrogateName
 from agentrl.types import ConfigError
 
 
 @dataclass(frozen=True)
-class AlgoConfig:
-    """The GRPO objective; the defaults are the ones in docs/design.md ("The objective")."""
+class SharedSettings:
+    """The settings every surrogate reads (the first fields of :class:`AlgoConfig`)."""
 
     num_samples: int = 8  # G attempts per prompt (the "sampling" line of the printed block)
     # advantage: A_i = (r_i - mean(r)) / std(r), or r_i - mean(r) with scale "none" (Dr. GRPO);
@@ -27,11 +31,10 @@ class AlgoConfig:
     std: Literal["population", "sample"] = "population"
     scale: Literal["std", "none"] = "std"  # "none" = Dr. GRPO
     std_floor: float = 1e-6  # groups whose reward std is below this get advantage 0
-    # clipped surrogate L_t = -min(ρA, clip(ρ, 1-eps_low, 1+eps_high)A), ρ = π_θ/π_old;
-    # clip-higher when eps_high > eps_low; dual clip for A < 0: L_t = min(L_t, -c·A)
-    eps_low: float = 0.2
-    eps_high: float = 0.2  # DAPO clip-higher: 0.28
-    dual_clip: float | None = None  # c, e.g. 3.0
+    # the surrogate objective by name: "clip" (PPO's clipped ratio) or another module of agentrl/algo/surrogates
+    # (names: agentrl.algo.surrogates.SURROGATES; equations, defaults, what combines: docs/objectives.md);
+    # each surrogate's own keys follow the shared ones
+    loss: SurrogateName = "clip"
     # aggregation over tokens and attempts; norm_len is Dr. GRPO's constant normalizer
     agg: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
     norm_len: int | None = None  # Dr. GRPO normalizer; None = rollout.max_total_tokens
@@ -52,20 +55,37 @@ class AlgoConfig:
     mask_truncated: bool = False
     drop_void_turns: bool = False  # attempts with a void turn leave the loss (SimpleTIR)
 
+
+# Bases in reverse so that the fields come in order: the shared ones, then each surrogate's.
+@dataclass(frozen=True)
+class AlgoConfig(*reversed(FIELD_CLASSES), SharedSettings):
+    """The GRPO objective; the defaults are the ones in docs/design.md ("The objective") and docs/objectives.md."""
+
     def __post_init__(self) -> None:
-        """Refuse out-of-range values (``Objective`` inherits this), naming the key and the range."""
+        """Refuse out-of-range values (``Objective`` inherits this), naming the key and the range,
+        and shared options the selected surrogate does not combine with, naming the fix."""
+        if self.loss not in SURROGATES:  # the loader checks the Literal; this is for direct constructions
+            raise ConfigError(f"algo.loss={self.loss!r} is not one of {list(SURROGATES)}")
         rules = [
             ("num_samples", self.num_samples >= 2, ">= 2: GRPO's baseline is the mean of a prompt's G attempts, "
                                                    "so with G=1 every advantage is 0 and nothing is learned"),
             ("std_floor", self.std_floor > 0, "> 0 (it detects zero-variance groups)"),
-            ("eps_low", self.eps_low >= 0, ">= 0 (e.g. 0.2)"),
-            ("eps_high", self.eps_high >= 0, ">= 0 (e.g. 0.2, or 0.28 for clip-higher)"),
-            ("dual_clip", self.dual_clip is None or self.dual_clip > 1, "> 1 (e.g. 3.0), or null for off"),
             ("norm_len", self.norm_len is None or self.norm_len >= 1, ">= 1, or null for rollout.max_total_tokens"),
             ("kl_coef", self.kl_coef >= 0, ">= 0 (0 = no KL term)"),
             ("is_cap", self.is_cap > 0, "> 0 (e.g. 2.0)"),
             ("max_refills", self.max_refills >= 0, ">= 0"),
         ]
+        rules += [rule for s in SURROGATES.values() for rule in s.rules(self)]
         for key, ok, valid in rules:
             if not ok:
                 raise ConfigError(f"algo.{key}={getattr(self, key)!r} is out of range: use {valid}")
+        problem = SURROGATES[self.loss].refusal(self)
+        if problem:
+            raise ConfigError(problem)
+
+    def unread_keys(self) -> list[str]:
+        """``key=value`` of the surrogate keys set away from their default that the selected
+        surrogate does not read (the printed block's "ignored" line)."""
+        reads = SURROGATES[self.loss].reads
+        return [f"algo.{f.name}={getattr(self, f.name)!r}" for cls in FIELD_CLASSES for f in dataclasses.fields(cls)
+                if f.name not in reads and getattr(self, f.name) != f.default]

@@ -229,9 +229,9 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
             if old[b] is None:
                 old[b] = lp.detach()
             isw = objective.is_weights(old[b], mb.sampler_logprobs, mb.loss_mask)
-            out = objective.loss(lp, old[b], adv_all[mb.indices] if mb.indices else torch.zeros(lp.shape[0]),
-                                 mb.loss_mask, total_seqs=total_seqs, total_tokens=total_tokens,
-                                 is_weights=isw, ref_logprobs=ref[b])
+            out = objective.policy_loss(lp, old[b], adv_all[mb.indices] if mb.indices else torch.zeros(lp.shape[0]),
+                                        mb.loss_mask, total_seqs=total_seqs, total_tokens=total_tokens,
+                                        is_weights=isw, ref_logprobs=ref[b])
             out.loss.backward()
             ntok = float(mb.loss_mask.sum())
             loss_sum += float(out.loss.detach())
