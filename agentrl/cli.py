@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | inspect | check-template | serve | config."""
+"""The ``agentrl`` command: train | eval | inspect | check-template | serve | audit-env | config."""
 
 from __future__ import annotations
 
@@ -68,6 +68,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                  max_total_tokens=args.max_total_tokens, max_new_tokens=args.max_new_tokens)
 
 
+def _cmd_audit_env(args: argparse.Namespace) -> int:
+    from agentrl.run.audit import run_audit
+    from agentrl.run.config import ConfigError
+
+    try:
+        env_args = json.loads(args.args)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--args must be a JSON object, e.g. '{{\"seed\": 1}}': {err}") from err
+    if not isinstance(env_args, dict):
+        raise ConfigError(f"--args must be a JSON object, got {args.args!r}")
+    if args.tasks < 1:
+        raise ConfigError(f"--tasks must be at least 1, got {args.tasks}")
+    only = [n for n in (args.only or "").split(",") if n]
+    return run_audit(args.env, num_tasks=args.tasks, env_args=env_args, as_json=args.json, only=only)
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     from agentrl.run.config_doc import render_markdown, render_text
 
@@ -122,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--max-total-tokens", type=int, default=4096, help="context: prompt + completion")
     s.add_argument("--max-new-tokens", type=int, default=1024, help="completion tokens when a request sets none")
     s.set_defaults(fn=_cmd_serve)
+    a = sub.add_parser("audit-env", help="run known reward hacks against an environment; exit 1 if any earns reward",
+                       epilog="The exploits and how to read the table: docs/reward_integrity.md.")
+    a.add_argument("env", help="a built-in environment (arithmetic, math, ...) or module:Class / path/file.py:Class")
+    a.add_argument("--tasks", type=int, default=3, help="train tasks tried per exploit (default 3)")
+    a.add_argument("--args", default="{}", help="the environment's constructor arguments as JSON (env.args)")
+    a.add_argument("--only", default=None, metavar="NAMES", help="comma-separated exploit names to run")
+    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    a.set_defaults(fn=_cmd_audit_env)
     g = sub.add_parser("config", help="the config reference: every key with its type, default and meaning")
     g.add_argument("section", nargs="?", default=None,
                    help="one section (model, env, rollout, algo, train, ...) or one key (algo.eps_high)")

@@ -11,7 +11,9 @@ the tiny model on CPU (tasks, checker, ``@tool``, demonstrations and the warm st
 file in ``env.name``, reading a run that has no signal): docs/custom_env.md.
 
 Final-answer format (documented for every built-in environment): the last assistant
-turn contains ``<answer>...</answer>``; the text inside the last such tag is the answer.
+turn contains ``<answer>...</answer>``; the text inside it is the answer. A turn whose tags
+disagree (``<answer>41</answer> <answer>42</answer>``) has not committed to one answer and has
+none; tags that repeat one answer count once (docs/reward_integrity.md).
 
 Example::
 
@@ -123,16 +125,41 @@ def last_assistant_text(messages: list[Message]) -> str | None:
     return None
 
 
-def final_answer(messages: list[Message]) -> str | None:
-    """The text inside the last ``<answer>...</answer>`` of the last assistant turn.
+def answer_tags(text: str | None) -> list[str]:
+    """The stripped contents of every ``<answer>...</answer>`` in ``text``, in order.
+
+    >>> answer_tags("<answer> 41 </answer> or <answer>42</answer>")
+    ['41', '42']
+    """
+    return [a.strip() for a in _ANSWER_RE.findall(text or "")]
+
+
+def final_answer(messages: list[Message], *, strict: bool = True) -> str | None:
+    """The text inside the ``<answer>...</answer>`` of the last assistant turn.
 
     Tool messages and earlier turns are ignored on purpose: a checker that read them
-    would reward an answer the model merely saw.
+    would reward an answer the model merely saw. ``strict`` (the default): a turn with
+    several tags that differ is a hedge, not an answer, and gives None (tags repeating the
+    same answer count once); ``strict=False`` takes the last tag.
+
+    >>> from agentrl.types import Message
+    >>> final_answer([Message("assistant", "<answer>41</answer> <answer>42</answer>")]) is None
+    True
+    >>> final_answer([Message("assistant", "<answer>41</answer> <answer>42</answer>")], strict=False)
+    '42'
     """
-    text = last_assistant_text(messages)
-    if text is None:
+    found = answer_tags(last_assistant_text(messages))
+    if not found or (strict and len(set(found)) > 1):
         return None
-    found = _ANSWER_RE.findall(text)
-    if not found:
-        return None
-    return found[-1].strip()
+    return found[-1]
+
+
+def foreign_digits(text: str | None) -> set[str]:
+    """The digit characters of ``text`` that are not ASCII ``0-9`` (full-width ``４``,
+    Arabic-Indic ``٤``, superscript ``⁴``...). A checker that refuses an answer holding digits
+    the gold does not hold cannot be passed by a look-alike spelling (``int("４２") == 42``).
+
+    >>> sorted(foreign_digits("４2٤²")), foreign_digits("42")
+    (['²', '٤', '４'], set())
+    """
+    return {ch for ch in text or "" if ch.isdigit() and not "0" <= ch <= "9"}

@@ -11,7 +11,9 @@ your own patterns (``families={"mul_5x5": "{5}*{5}"}``).
 
 Answer format: the last assistant turn ends with ``<answer>N</answer>``; commas, spaces and
 underscores inside N are ignored (``1,234`` == ``1234``). An answer that appears only in a
-tool result scores 0 (the checker reads the last assistant turn only).
+tool result scores 0 (the checker reads the last assistant turn only), and so does a turn
+with several different tags or N written in other digits than ASCII ``0-9`` (``４２``):
+docs/reward_integrity.md.
 
 Example::
 
@@ -53,7 +55,7 @@ SYSTEM_PROMPT = "Compute with the python tool, then reply <answer>N</answer>."
 SYSTEM_PROMPT_NO_TOOL = "Reply <answer>N</answer>."
 
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
-_NUMBER = re.compile(r"^-?\d+$")
+_NUMBER = re.compile(r"^-?[0-9]+$")  # ASCII digits only: int("４２") == 42, but that is no answer
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,8 @@ def sample_expression(pattern: str, rng: random.Random) -> str:
 def parse_integer(text: str | None) -> int | None:
     """The integer an answer string denotes, tolerating commas, spaces and underscores.
 
-    >>> parse_integer(" 1,234 "), parse_integer("12a")
-    (1234, None)
+    >>> parse_integer(" 1,234 "), parse_integer("12a"), parse_integer("４２")
+    (1234, None, None)
     """
     if text is None:
         return None
@@ -116,7 +118,7 @@ def parse_integer(text: str | None) -> int | None:
 
 
 ANSWER_MODES = ("tag", "last_number")
-_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?", re.ASCII)
 
 
 def last_number(text: str | None) -> str | None:

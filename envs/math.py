@@ -198,6 +198,9 @@ class MathEnv:
         self.answer_pattern = ANSWER_PATTERN if answer_tag in (None, "answer") else \
             ANSWER_PATTERN + f"|<{re.escape(answer_tag)}>.*?</{re.escape(answer_tag)}>"
 
+        # files the tasks come from: hidden from the python tool's sandbox (their answers are in them)
+        self.data_paths: tuple[str, ...] = tuple(dict.fromkeys(
+            str(builtin_path() if s == BUILTIN else Path(s)) for s in (train, test) if s is not None and not s.startswith("hf:")))
         train_tasks = load_source(train, "train", hf_config)
         if test is None:
             train_tasks, test_tasks = holdout(train_tasks, num_test, seed)
@@ -216,9 +219,10 @@ class MathEnv:
     def tools(self) -> list["Tool"]:
         if not self.use_tool:
             return []
-        from agentrl.tools.python import python_tool  # lazy: the env imports without the tool
+        from agentrl.envs.hidden_data import python_tool_hiding  # lazy: the env imports without the tool
 
-        return [python_tool(mode="fresh")]  # time limit: the ToolBox's (tools.timeout)
+        # time limit: the ToolBox's (tools.timeout); the data files are out of the code's reach
+        return [python_tool_hiding(self.data_paths, mode="fresh")]
 
     def tasks(self, split: Split) -> list[Task]:
         return select_split(self._splits, split)

@@ -2,12 +2,18 @@ r"""Math answer checking: find the model's final answer, decide if it equals the
 
 **Extraction reads the last assistant turn only** (tool results and earlier turns never
 count: an answer the model merely saw in a tool's output scores 0). In that turn, the first
-format present wins, and within a format the last occurrence:
+format present wins:
 
 1. the configured tag, ``<answer>...</answer>`` by default (a ``\boxed{}`` inside is unwrapped);
 2. ``\boxed{...}`` / ``\fbox{...}``, nested braces included;
 3. a GSM8K-style line ``#### N``;
 4. "the answer is ...", "final answer: ..." (up to the end of the sentence or line).
+
+Within the winning format the occurrences must agree: several different ones (``\boxed{1}
+... \boxed{2}``, two tags, two boxes inside the tag) are a hedge, and the turn has no answer
+(source ``ambiguous``); repeats of one answer count once. An answer written with digits the
+gold does not hold (full-width ``４２``, Arabic-Indic ``٤٢``, superscripts) is not compared.
+See docs/reward_integrity.md.
 
 There is no "last number in the text" fallback: it rewards answers the model never committed
 to, and a policy under RL learns to exploit it.
@@ -55,7 +61,7 @@ import threading
 from dataclasses import dataclass
 from fractions import Fraction
 
-from agentrl.env import last_assistant_text
+from agentrl.env import foreign_digits, last_assistant_text
 from agentrl.types import Message
 
 # For rollout.answer_pattern: a turn that matches neither this nor a tool call is "void".
@@ -71,8 +77,8 @@ _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 class Extraction:
     """The answer string found in a model's text, and which format it came from."""
 
-    text: str | None  # None: no answer in any accepted format
-    source: str  # "tag" | "boxed" | "hash" | "answer_is" | "none"
+    text: str | None  # None: no answer in any accepted format, or several different ones
+    source: str  # "tag" | "boxed" | "hash" | "answer_is" | "ambiguous" | "none"
 
 
 @dataclass(frozen=True)
@@ -94,21 +100,38 @@ class Verdict:
 # -- extraction ---------------------------------------------------------------------------
 
 
-def last_boxed(text: str) -> str | None:
-    r"""Content of the last ``\boxed{...}`` (or ``\fbox{...}``), braces balanced.
+def all_boxed(text: str) -> list[str]:
+    r"""Contents of every closed ``\boxed{...}`` (or ``\fbox{...}``), braces balanced, in order.
 
-    >>> last_boxed(r"so \boxed{1} then \boxed{\frac{a}{b}} done")
-    '\\frac{a}{b}'
+    >>> all_boxed(r"so \boxed{1} then \boxed{\frac{a}{b}} and \boxed{2")
+    ['1', '\\frac{a}{b}']
     """
-    found = None
+    found = []
     for m in _BOX_RE.finditer(text):
         depth, i = 1, m.end()
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:  # an unclosed box (cut-off generation) is no answer
-            found = text[m.end():i - 1].strip()
+            found.append(text[m.end():i - 1].strip())
     return found
+
+
+def last_boxed(text: str) -> str | None:
+    r"""Content of the last ``\boxed{...}`` (or ``\fbox{...}``), braces balanced.
+
+    >>> last_boxed(r"so \boxed{1} then \boxed{\frac{a}{b}} done")
+    '\\frac{a}{b}'
+    """
+    found = all_boxed(text)
+    return found[-1] if found else None
+
+
+def _committed(found: list[str], source: str) -> Extraction | None:
+    """The one answer of ``found`` (None when empty); ambiguous when they differ."""
+    if not found:
+        return None
+    return Extraction(found[-1], source) if len(set(found)) == 1 else Extraction(None, "ambiguous")
 
 
 def extract_answer(text: str | None, tag: str | None = "answer") -> Extraction:
@@ -124,20 +147,20 @@ def extract_answer(text: str | None, tag: str | None = "answer") -> Extraction:
     if tag:
         tagged = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, re.DOTALL)
         if tagged:
-            inner = tagged[-1].strip()
-            return Extraction(last_boxed(inner) or inner, "tag")
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return Extraction(boxed, "boxed")
-    hashes = _HASH_RE.findall(text)
-    if hashes:
-        return Extraction(hashes[-1], "hash")
-    said = _ANSWER_IS_RE.findall(text)
-    if said:
-        line = said[-1].strip()
-        end = _SENTENCE_END.search(line)
-        return Extraction((line[:end.start()] if end else line).strip(" *$"), "answer_is")
-    return Extraction(None, "none")
+            unwrapped = []
+            for inner in (t.strip() for t in tagged):
+                boxes = all_boxed(inner)
+                if len(set(boxes)) > 1:
+                    return Extraction(None, "ambiguous")
+                unwrapped.append(boxes[-1] if boxes and boxes[-1] else inner)
+            return _committed(unwrapped, "tag")
+    said = []
+    for line in _ANSWER_IS_RE.findall(text):
+        end = _SENTENCE_END.search(line.strip())
+        said.append((line.strip()[:end.start()] if end else line.strip()).strip(" *$"))
+    found = (_committed(all_boxed(text), "boxed") or _committed([h.strip() for h in _HASH_RE.findall(text)], "hash")
+             or _committed(said, "answer_is"))
+    return found or Extraction(None, "none")
 
 
 def extract_final_answer(messages: list[Message], tag: str | None = "answer") -> Extraction:
@@ -310,7 +333,12 @@ def check_equivalence(answer: str | None, gold: str, *, use_math_verify: bool = 
     True
     """
     if answer is None:
-        return Verdict(False, "none", "no answer found in the last assistant turn", None, gold, source)
+        why = ("several different answers in the last assistant turn; none counts" if source == "ambiguous"
+               else "no answer found in the last assistant turn")
+        return Verdict(False, "none", why, None, gold, source)
+    if foreign_digits(answer) - foreign_digits(gold):
+        return Verdict(False, "none", "answer written with digits other than 0-9; not compared",
+                       answer[:max_chars], gold, source)
     if len(answer) > max_chars:
         return Verdict(False, "none", f"answer longer than {max_chars} characters; not compared",
                        answer[:max_chars], gold, source)

@@ -10,7 +10,8 @@ question text itself (``benchmarks/search.py`` reports it).
 
 Answer format: the last assistant turn contains ``<answer>Title</answer>``. Comparison is exact
 match after normalization (:func:`normalize_answer`: case, accents, punctuation, underscores
-and the articles a/an/the are ignored). An answer that appears only in a tool result scores 0.
+and the articles a/an/the are ignored). An answer that appears only in a tool result scores 0,
+as do several different tags and digits the title does not hold (``１１`` for ``11``).
 
 Splits: a document goes to ``test`` when a hash of (seed, document id) falls below
 ``test_fraction``, so splits are disjoint, deterministic and stable when documents are added.
@@ -35,7 +36,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from agentrl.env import Score, Split, final_answer, select_split
+from agentrl.env import Score, Split, final_answer, foreign_digits, select_split
 from agentrl.tools.corpus import Corpus, Document, resolve_corpus
 from agentrl.tools.search_index import STOPWORDS
 from agentrl.types import Message, Task, ToolCall
@@ -197,7 +198,9 @@ class SearchQAEnv:
 
     def score(self, task: Task, messages: list[Message]) -> Score:
         got = final_answer(messages)
-        correct = got is not None and normalize_answer(got) == normalize_answer(task.answer)
+        # NFKD folds look-alike digits (４, ²) into ASCII: refuse those the title does not hold
+        correct = (got is not None and not foreign_digits(got) - foreign_digits(task.answer)
+                   and normalize_answer(got) == normalize_answer(task.answer))
         calls = [c.name for m in messages if m.role == "assistant" for c in m.tool_calls]
         return Score(reward=1.0 if correct else 0.0,
                      info={"has_answer": got is not None, "tool_calls": len(calls),

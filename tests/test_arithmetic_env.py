@@ -90,8 +90,11 @@ def _conv(task, final: str, tool_result: str | None = None) -> list[Message]:
         ("The result is <answer> {c} </answer>", 1.0, True),  # commas and spaces tolerated
         ("<answer>{w}</answer>", 0.0, True),
         ("{a}", 0.0, False),  # missing tag
-        ("<answer>{w}</answer> then <answer>{a}</answer>", 1.0, True),  # last tag wins
-        ("<answer>{a}</answer> no, <answer>{w}</answer>", 0.0, True),
+        # several different tags are a hedge, not an answer (docs/reward_integrity.md)
+        ("<answer>{w}</answer> then <answer>{a}</answer>", 0.0, False),
+        ("<answer>{a}</answer> no, <answer>{w}</answer>", 0.0, False),
+        ("<answer>{a}</answer> so <answer> {a} </answer>", 1.0, True),  # one answer repeated
+        ("<answer>{f}</answer>", 0.0, True),  # full-width digits are not ASCII 0-9
         ("<answer>{a}0</answer>", 0.0, True),
     ],
 )
@@ -99,7 +102,7 @@ def test_checker_cases(final, reward, has_answer):
     env = ArithmeticEnv(seed=0, num_train=5, num_test=5)
     task = env.tasks("test")[0]
     a = task.answer
-    text = final.format(a=a, c=f"{int(a):,}", w=str(int(a) + 1))
+    text = final.format(a=a, c=f"{int(a):,}", w=str(int(a) + 1), f="".join(chr(0xFF10 + int(d)) for d in a))
     s = env.score(task, _conv(task, text))
     assert s.reward == reward
     assert s.info["has_answer"] is has_answer

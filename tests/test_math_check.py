@@ -122,11 +122,15 @@ def test_reason_explains_the_decision():
 
 @pytest.mark.parametrize("text,expected,source", [
     ("so \\boxed{\\frac{1}{\\sqrt{2}}} is it", "\\frac{1}{\\sqrt{2}}", "boxed"),
-    ("first \\boxed{1}, no wait: \\boxed{{2}}", "{2}", "boxed"),
+    ("first \\boxed{1}, no wait: \\boxed{{2}}", None, "ambiguous"),  # different answers: a hedge, none counts
+    ("\\boxed{2} so, again, \\boxed{ 2 }", "2", "boxed"),  # one answer repeated counts once
     ("\\fbox{7}", "7", "boxed"),
     ("<answer>\\boxed{7}</answer>", "7", "tag"),
     ("<answer>3</answer> and later \\boxed{4}", "3", "tag"),  # the tag wins over a box
-    ("<answer>1</answer> ... <answer> 2 </answer>", "2", "tag"),  # last tag
+    ("<answer>1</answer> ... <answer> 2 </answer>", None, "ambiguous"),  # two different tags
+    ("<answer>2</answer> ... <answer> 2 </answer>", "2", "tag"),
+    ("<answer>\\boxed{1} \\boxed{2}</answer>", None, "ambiguous"),  # two boxes inside the tag
+    ("#### 3\n#### 4\n", None, "ambiguous"),
     ("Work...\n#### 1,200\n", "1,200", "hash"),
     ("Thus the answer is 3.5. Thanks.", "3.5", "answer_is"),
     ("The final answer is: **42**", "42", "answer_is"),
