@@ -40,9 +40,12 @@ class InfraError(RuntimeError):
     ('index_unreadable', 'the search index is unreadable')
     """
 
-    def __init__(self, message: str, *, cause: str = "infra") -> None:
+    def __init__(self, message: str, *, cause: str = "infra", retryable: bool = True) -> None:
         super().__init__(message)
         self.cause = _slug(cause)
+        # True: calling again is the same call (a stateless tool), so the ToolBox retries the
+        # call in place; False: state was lost (a stateful worker died), only the attempt can rerun
+        self.retryable = retryable
 
 
 def _slug(text: str) -> str:
@@ -118,6 +121,26 @@ class Message:
 
 
 @dataclass
+class Failure:
+    """An infrastructure failure of one try of an attempt (see :class:`InfraError`).
+
+    ``source`` says where: ``tool:<name>`` (the tool raised InfraError), ``agent`` (an
+    OpenAI-API agent's harness or its connection), ``checker`` (the environment's ``score``
+    raised); the fault-injection harness (``rollout.fault_rate``) fails them with cause
+    ``injected``."""
+
+    source: str
+    cause: str  # a short slug: InfraError.cause, or the exception's class name
+    message: str  # the error text, cut to 500 characters
+
+    @staticmethod
+    def of(source: str, exc: BaseException) -> "Failure":
+        cause = exc.cause if isinstance(exc, InfraError) else _slug(type(exc).__name__)
+        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InfraError) else str(exc)
+        return Failure(source=source, cause=cause, message=text[:500])
+
+
+@dataclass
 class ToolCallRecord:
     """What happened when a tool call ran inside a rollout."""
 
@@ -127,6 +150,7 @@ class ToolCallRecord:
     error: str | None  # short error kind/message when the call failed, else None
     latency_s: float
     turn: int  # index of the model turn that issued the call (0-based)
+    retried: list[Failure] = field(default_factory=list)  # infrastructure failures of this call retried in place
 
 
 @dataclass
@@ -206,26 +230,6 @@ class TrainerMarks:
     filtered: bool = False  # an objective filter kept it out of the loss (run.trainer)
     staleness: int | None = None  # policy versions between its sampler and the update (run.producer, async runs)
     old_logprobs: list[float] | None = None  # π_old per token, len(token_ids), 0.0 where mask 0 (algo.update)
-
-
-@dataclass
-class Failure:
-    """An infrastructure failure of one try of an attempt (see :class:`InfraError`).
-
-    ``source`` says where: ``tool:<name>`` (the tool raised InfraError), ``agent`` (an
-    OpenAI-API agent's harness or its connection), ``checker`` (the environment's ``score``
-    raised); the fault-injection harness (``rollout.fault_rate``) fails them with cause
-    ``injected``."""
-
-    source: str
-    cause: str  # a short slug: InfraError.cause, or the exception's class name
-    message: str  # the error text, cut to 500 characters
-
-    @staticmethod
-    def of(source: str, exc: BaseException) -> "Failure":
-        cause = exc.cause if isinstance(exc, InfraError) else _slug(type(exc).__name__)
-        text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InfraError) else str(exc)
-        return Failure(source=source, cause=cause, message=text[:500])
 
 
 @dataclass
@@ -322,7 +326,7 @@ class Trajectory:
                  metadata=self.metadata)
         d["spans"] = [{"start": s.start, "end": s.end, "kind": s.kind} for s in self.spans]
         d["messages"] = [m.to_chat() for m in self.messages]
-        d["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        d["tool_calls"] = [_call_json(c) for c in self.tool_calls]
         if marks.old_logprobs is not None:
             d["old_logprobs"] = marks.old_logprobs
         if self.agent is not None:
@@ -354,7 +358,8 @@ class Trajectory:
             logprobs=[float(x) for x in d["logprobs"]],
             spans=[Span(int(s["start"]), int(s["end"]), str(s["kind"])) for s in d["spans"]],
             messages=[Message.from_chat(m) for m in d["messages"]],
-            tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
+            tool_calls=[ToolCallRecord(**{**c, "retried": [Failure(**f) for f in c.get("retried") or []]})
+                        for c in d.get("tool_calls", [])],
             group_id=str(d.get("group_id", "")),
             sample_index=int(d.get("sample_index", 0)),
             finish_reason=str(d.get("finish_reason", "stop")),
@@ -414,6 +419,13 @@ _SAMPLER_SCALARS = ("group_id", "sample_index", "finish_reason", "policy_version
 # The keys every line to_json writes carries ("old_logprobs", "agent", "failure", "retried" only when set).
 JSONL_KEYS: tuple[str, ...] = (*_TOKEN_FIELDS, "spans", "messages", "tool_calls", "reward", "advantage",
                                *_SAMPLER_SCALARS, "score", "filtered", "staleness", "metadata")
+
+
+def _call_json(c: ToolCallRecord) -> dict[str, Any]:
+    d = asdict(c)
+    if not c.retried:  # written only when set: the lines of runs without failures are unchanged
+        del d["retried"]
+    return d
 
 
 def write_jsonl(path: str, trajectories: list[Trajectory], append: bool = False) -> None:

@@ -4,6 +4,7 @@ many stops the run. Real runner, real tools, real checker calls; hand numbers fo
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter
 
@@ -38,7 +39,10 @@ def lookup(key: str, ctx: ToolContext) -> str:
         key: what to look up
     """
     SEEN.append((ctx.trajectory_id, ctx.seed))
-    if FAILS[(ctx.trajectory_id, ctx.seed)] > 0 or FAILS[(ctx.trajectory_id, None)] > 0:
+    if FAILS[(ctx.trajectory_id, None)] > 0:  # down for good
+        raise InfraError("the lookup backend answered 503", cause="backend_unavailable")
+    if FAILS[(ctx.trajectory_id, ctx.seed)] > 0:
+        FAILS[(ctx.trajectory_id, ctx.seed)] -= 1
         raise InfraError("the lookup backend answered 503", cause="backend_unavailable")
     return "42"
 
@@ -64,7 +68,7 @@ def tok():
     return AutoTokenizer.from_pretrained(QWEN25)
 
 
-def make_runner(tok, loop: str, faults: FaultPlan | None = None) -> RolloutRunner:
+def make_runner(tok, loop: str, faults: FaultPlan | None = None, call_retries: int = 0) -> RolloutRunner:
     end = tok.convert_tokens_to_ids("<|im_end|>")
     call = tok.encode(CALL, add_special_tokens=False) + [end]
     answer = tok.encode("<answer>42</answer>", add_special_tokens=False) + [end]
@@ -73,7 +77,7 @@ def make_runner(tok, loop: str, faults: FaultPlan | None = None) -> RolloutRunne
         return answer if prompt.count(end) > 2 else call  # system and user turns end in the prompt
 
     eng = PerRequestScriptedEngine(script) if loop == "attempt" else ScriptedEngine(script)
-    box = ToolBox([lookup], tokenizer=tok, faults=faults)
+    box = ToolBox([lookup], tokenizer=tok, faults=faults, infra_retries=call_retries, infra_backoff_s=0.0)
     return RolloutRunner(eng, ChatTemplate(tok, "hermes"), box, RolloutConfig(max_turns=3, loop=loop))
 
 
@@ -262,7 +266,8 @@ def test_a_real_run_with_injected_faults_trains_on_the_survivors_alone(tmp_path,
     run = tmp_path / kind
     cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / example, [
         f"output_dir={run}", "train.steps=3", "eval.at_start=false", "eval.num_tasks=8", "eval.every=0",
-        "train.checkpoint_every=100", "rollout.fault_rate=0.3", "rollout.infra_retries=0", *overrides])
+        "train.checkpoint_every=100", "rollout.fault_rate=0.3", "rollout.infra_retries=0", "tools.infra_retries=0",
+        *overrides])
     Trainer(cfg).train()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "infra/failed" in r]
@@ -305,3 +310,32 @@ def test_a_group_dropped_for_failures_is_refilled(tok):
     cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "arithmetic_ci.yaml", [
         "algo.num_samples=2", "train.prompts_per_step=2", "rollout.infra_retries=0"])
     assert collect_step(cfg, AnswerEnv(), TASKS, BY_ID, make_runner(tok, "lockstep"), step=1)[1]["batch/draws"] == 1
+
+
+def test_a_stateless_call_is_retried_in_place_and_the_attempt_goes_on(tok):
+    """A retryable InfraError runs the same call again: the attempt continues as if nothing
+    failed (same tokens as an attempt that never failed), the retried failure is on the call's
+    record and counted; a non-retryable one ends the attempt at once."""
+    FAILS.clear(), SEEN.clear()
+    clean = make_runner(tok, "lockstep").run(TASKS[:1], 1, "sys", seed=2, group_prefix="c/").trajectories[0]
+    FAILS[("c/a/0", 2)] = 1  # the backend fails the first call of the attempt once
+    runner = make_runner(tok, "lockstep", call_retries=2)
+    (t,) = runner.run(TASKS[:1], 1, "sys", seed=2, group_prefix="c/").trajectories
+    assert t.failure is None and t.token_ids == clean.token_ids and t.loss_mask == clean.loss_mask
+    (call,) = t.tool_calls
+    assert call.error is None and [f.cause for f in call.retried] == ["backend_unavailable"]
+    assert infra_metrics([t], 0, 0)["infra/retried"] == 1.0
+    assert Trajectory.from_json(t.to_json()).tool_calls[0].retried == call.retried
+
+    @tool
+    def stateful(key: str) -> str:
+        """A notebook whose worker died.
+
+        Args:
+            key: what to look up
+        """
+        raise InfraError("the worker died and took the session's state", cause="worker_died", retryable=False)
+
+    box = ToolBox([stateful], infra_retries=2, infra_backoff_s=0.0)
+    res = asyncio.run(box.execute("stateful", {"key": "x"}, box.new_context("s")))
+    assert res.error == "infra" and res.retried == [] and res.failure.cause == "worker_died"

@@ -295,7 +295,7 @@ class RolloutRunner:
         if res.failure is not None and a.failure is None:
             a.failure = res.failure
         return ToolCallRecord(name=call.name, arguments=call.arguments, result=res.content,
-                              error=res.error, latency_s=res.latency_s, turn=turn)
+                              error=res.error, latency_s=res.latency_s, turn=turn, retried=res.retried)
 
     @staticmethod
     def _infra_failed(a: _Attempt) -> bool:

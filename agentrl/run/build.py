@@ -231,7 +231,8 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     chat = ChatTemplate(tok, cfg.model.template, tool_call_format=cfg.model.tool_call_format)
     faults = FaultPlan(cfg.rollout.fault_rate, cfg.seed) if cfg.rollout.fault_rate > 0 else None
     box = ToolBox(configured_tools(cfg, env), tokenizer=tok, default_timeout=cfg.tools.timeout,
-                  max_output_tokens=cfg.tools.max_output_tokens, faults=faults)
+                  max_output_tokens=cfg.tools.max_output_tokens, faults=faults,
+                  infra_retries=cfg.tools.infra_retries, infra_backoff_s=cfg.tools.infra_backoff_s)
     rollout_cfg = cfg.rollout
     if rollout_cfg.answer_pattern is None and isinstance(env, HasAnswerPattern) and env.answer_pattern:
         rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)

@@ -80,10 +80,17 @@ class ToolsConfig:
     # python tool, fresh mode: fork each call from a warm server in the sandbox (as root), or
     # false for one interpreter per call
     fork_server: bool = True
+    # A call whose tool raised a retryable agentrl.InfraError (docs/design.md "Failures") runs
+    # again in place this many times, the attempt going on as if it never failed; then the
+    # attempt fails and rollout.infra_retries applies
+    infra_retries: int = 2
+    infra_backoff_s: float = 0.2  # seconds before the first call retry; doubled each time
 
     def __post_init__(self) -> None:
         check_ranges("tools", self, [("timeout", self.timeout > 0, "> 0 seconds"),
-                                     ("max_output_tokens", self.max_output_tokens >= 1, ">= 1")])
+                                     ("max_output_tokens", self.max_output_tokens >= 1, ">= 1"),
+                                     ("infra_retries", self.infra_retries >= 0, ">= 0 (0 = no call retry)"),
+                                     ("infra_backoff_s", self.infra_backoff_s >= 0, ">= 0 seconds")])
 
 
 @dataclass

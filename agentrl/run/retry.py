@@ -145,16 +145,17 @@ def _add_stats(into: RolloutStats, more: RolloutStats) -> None:
 
 
 def infra_metrics(trajs: list[Trajectory], excluded: int, groups_dropped: int) -> dict[str, float]:
-    """``infra/*`` of a step: ``failed`` (tries that failed, retried or not), ``retried``
-    (tries run again), ``excluded`` (attempts left out: their failure stood, or their group
+    """``infra/*`` of a step: ``failed`` (tries that failed, retried or not: tool calls retried
+    in place, attempts rerun, failures that stood), ``retried`` (calls and attempts run again), ``excluded`` (attempts left out: their failure stood, or their group
     was dropped), ``groups_dropped``, and the failed tries by ``source/<where>`` and
     ``cause/<slug>``. Counted once per attempt, however many segments it has."""
     tries: list[Failure] = []
+    retried = 0
     for t in _attempt_heads(trajs):
-        tries.extend(t.retried)
-        if t.failure is not None:
-            tries.append(t.failure)
-    out = {"infra/failed": float(len(tries)), "infra/retried": float(sum(len(t.retried) for t in _attempt_heads(trajs))),
+        in_place = [f for c in t.tool_calls for f in c.retried]
+        tries += [*t.retried, *in_place, *([t.failure] if t.failure is not None else [])]
+        retried += len(t.retried) + len(in_place)
+    out = {"infra/failed": float(len(tries)), "infra/retried": float(retried),
            "infra/excluded": float(excluded), "infra/groups_dropped": float(groups_dropped)}
     for name, n in Counter(f.source for f in tries).items():
         out[f"infra/source/{_metric_name(name)}"] = float(n)

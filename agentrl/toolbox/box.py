@@ -8,8 +8,10 @@ JSON schema from its type hints (mapping in :mod:`agentrl.toolbox.schema`). A pa
 :meth:`ToolBox.execute` never raises: an unknown tool, bad arguments, an exception inside the
 tool, a timeout or an oversized result all come back as a short observation for the model plus
 an error kind in :class:`ToolResult`. A tool that raises :class:`agentrl.InfraError` (its
-infrastructure failed, not the model) comes back with error ``infra`` and a
-:class:`agentrl.Failure`: the rollout ends that attempt and the run retries it. Timeouts come from the tool (``@tool(timeout=...)``) or
+infrastructure failed, not the model) is called again in place when the error is
+``retryable`` (``infra_retries`` times, with backoff); when it is not, or keeps failing, the
+call comes back with error ``infra`` and a :class:`agentrl.Failure`: the rollout ends that
+attempt and the run retries the attempt. Timeouts come from the tool (``@tool(timeout=...)``) or
 the ToolBox default, never from the model's arguments.
 
 Example::
@@ -37,6 +39,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -71,6 +74,8 @@ class ToolBox:
         default_timeout: float | None = 30.0,
         max_output_tokens: int = 1024,
         faults: FaultPlan | None = None,
+        infra_retries: int = 2,
+        infra_backoff_s: float = 0.2,
     ) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
@@ -84,6 +89,11 @@ class ToolBox:
         self.default_timeout = default_timeout
         self.max_output_tokens = max_output_tokens
         self.faults = faults  # the fault-injection harness (rollout.fault_rate); None in real runs
+        # A call whose infrastructure failed with a retryable InfraError (a stateless call: the
+        # same call again is the same call) runs again in place, up to infra_retries times, waiting
+        # infra_backoff_s, doubled each time: the attempt goes on, and nothing is resampled.
+        self.infra_retries = infra_retries
+        self.infra_backoff_s = infra_backoff_s
 
     def schemas(self) -> list[dict[str, Any]]:
         """The schema of every tool, in order, for the chat template's ``tools=`` argument."""
@@ -99,11 +109,13 @@ class ToolBox:
         caller cancels it). ``arguments`` may also be the raw JSON text of the call."""
         start = time.perf_counter()
 
+        retried: list[Failure] = []  # this call's infrastructure failures that were retried in place
+
         def done(content: str, error: str | None, max_tokens: int | None = None,
                  failure: Failure | None = None) -> ToolResult:
             text, cut = cap_tokens(content, self.tokenizer, max_tokens or self.max_output_tokens)
             return ToolResult(content=text, error=error, latency_s=time.perf_counter() - start, truncated=cut,
-                              failure=failure)
+                              failure=failure, retried=retried)
 
         t = self.tools.get(name) if isinstance(name, str) else None
         if t is None:
@@ -123,13 +135,21 @@ class ToolBox:
             return done(f"Error: invalid arguments for tool '{t.name}': {'; '.join(problems[:5])}. {_expected(t)}",
                         "invalid_arguments")
         timeout = None if t.timeout is None else t.timeout + t.backstop_slack
+        args = coerce_integers(arguments, t.parameters)
         try:
-            if self.faults is not None:
-                self.faults.maybe_fail(t.name, context)
-            content = await t.run(coerce_integers(arguments, t.parameters), context, timeout)
-        except InfraError as exc:  # not the model's fault: the rollout ends the attempt, the run retries it
-            return done(f"Error: tool '{t.name}' failed outside the model's control: {exc}", "infra",
-                        failure=Failure.of(f"tool:{t.name}", exc))
+            for k in range(self.infra_retries + 1):
+                try:
+                    if self.faults is not None:
+                        self.faults.maybe_fail(t.name, context)
+                    content = await t.run(args, context, timeout)
+                    break
+                except InfraError as exc:  # not the model's fault: the model never reads it
+                    failure = Failure.of(f"tool:{t.name}", exc)
+                    if not exc.retryable or k == self.infra_retries:  # the rollout ends the attempt
+                        return done(f"Error: tool '{t.name}' failed outside the model's control: {exc}", "infra",
+                                    failure=failure)
+                    retried.append(failure)  # the same call again: the attempt goes on as if it never failed
+                    await asyncio.sleep(self.infra_backoff_s * 2 ** k)
         except ToolTimeout:
             return done(f"Error: tool '{t.name}' timed out after {timeout:g}s.", "timeout")
         except Exception as exc:  # the tool's own bug or bad input: the model reads it, the rollout goes on

@@ -88,6 +88,7 @@ class ToolResult:
     latency_s: float
     truncated: bool  # output was capped
     failure: Failure | None = None  # error "infra": the tool raised InfraError (not the model's fault)
+    retried: list[Failure] = field(default_factory=list)  # infrastructure failures retried in place first
 
 
 class Tool:
