@@ -32,6 +32,7 @@ import private_mount
 import pytest
 from isolation_levels import level_params
 
+from agentrl import InfraError
 from agentrl.tools.sandbox import LocalExecutor, SandboxConfig
 from agentrl.tools.sandbox.isolation import LEVELS, PYTHON
 
@@ -292,14 +293,17 @@ def test_server_killed_from_outside_is_detected_and_replaced(ex: LocalExecutor, 
     assert view(ex) == baseline
 
 
-def test_server_dying_mid_call_gives_a_clear_observation(ex: LocalExecutor, baseline: dict) -> None:
+def test_server_dying_mid_call_is_an_infrastructure_failure(ex: LocalExecutor, baseline: dict) -> None:
+    """The code cannot signal the server (root; the code runs as a leased uid): its death is the
+    host's doing, raised as InfraError (never an observation the model would be scored on)."""
     ex.run("pass")
     server = ex.forkservers.live[0]  # type: ignore[union-attr]
     killer = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -9 -{server.proc.pid}"])
-    r = ex.run("import time; print('started', flush=True); time.sleep(2); print('not reached')")
+    start = time.monotonic()
+    with pytest.raises(InfraError, match="fork server died while the code ran") as info:
+        ex.run("import time; print('started', flush=True); time.sleep(2); print('not reached')")
     killer.wait()
-    assert r.server_lost and "sandbox stopped before the code finished" in r.observation()
-    assert "not reached" not in r.output and r.duration_s < 1.5
+    assert info.value.cause == "sandbox_server_died" and time.monotonic() - start < 1.5
     assert host_pids(uid_range=True) == []
     assert ex.run("print('next')").output == "next\n"
     assert view(ex) == baseline

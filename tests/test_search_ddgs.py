@@ -192,7 +192,7 @@ def black_hole():
     server.close()
 
 
-def test_no_network_gives_a_clear_observation_within_the_timeout():
+def test_no_network_is_an_infrastructure_failure_within_the_timeout():
     pytest.importorskip("ddgs")
     from agentrl.toolbox import ToolBox
     from agentrl.tools.search import search_tool
@@ -203,8 +203,9 @@ def test_no_network_gives_a_clear_observation_within_the_timeout():
     start = time.monotonic()
     r = asyncio.run(box.execute("search", {"query": "python programming"}, box.new_context("t")))
     elapsed = time.monotonic() - start
-    assert r.error is None  # an observation, not a tool failure
-    assert r.content.startswith("Web search is unavailable: no network connection"), r.content
+    assert r.error == "infra" and r.failure is not None  # not the model's fault: the run retries the attempt
+    assert r.failure.cause == "web_search_network" and r.failure.source == "tool:search"
+    assert r.failure.message.startswith("Web search is unavailable: no network connection"), r.failure.message
     assert elapsed <= 3.0 + 0.5
 
 
@@ -236,12 +237,15 @@ def test_real_network_either_answers_or_explains_within_the_timeout():
 
 
 def test_open_by_url_without_network_and_non_urls():
+    """The URL is the model's choice (one that does not resolve is its doing): a page that
+    cannot be fetched is an observation, not an infrastructure failure."""
     pytest.importorskip("ddgs")
+    from agentrl.tools.corpus import DocumentUnavailable
     from agentrl.tools.search_ddgs import DdgsBackend
 
     backend = DdgsBackend(timeout=2.0, backoff=0.1, proxy=f"http://127.0.0.1:{_refusing_port()}")
     assert backend.get("not a url") is None and backend.get("file:///etc/passwd") is None
-    with pytest.raises(SearchUnavailable, match="no network"):
+    with pytest.raises(DocumentUnavailable, match=r"Could not open https://example.com/: the site could not be reached"):
         backend.get("https://example.com/")
 
 

@@ -1,7 +1,7 @@
 """Corpora for the search tool: documents, search hits, and where documents come from.
 
-(The shapes every search backend shares live here too: :class:`SearchHit` and
-:class:`SearchUnavailable`.)
+(The shapes every search backend shares live here too: :class:`SearchHit`,
+:class:`SearchUnavailable` and :class:`DocumentUnavailable`.)
 
 A corpus is a list of :class:`Document` (``id``, ``title``, ``text``, optional ``url``).
 Three sources are built in, all named by one string so a config file can say which:
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from agentrl.jsonl import read_objects
+from agentrl.types import InfraError
 
 CorpusFormat = Literal["jsonl", "ovos"]
 
@@ -63,9 +64,20 @@ class SearchHit:
     score: float
 
 
-class SearchUnavailable(Exception):
-    """A backend could not answer (no network, rate limit, timeout). The message is written
-    for the model: the search tool returns it as the observation instead of raising."""
+class SearchUnavailable(InfraError):
+    """A backend could not answer: no network, a rate limit, a timeout, an index that cannot
+    be read. Not the model's fault (a query with no results is an empty list, never this): the
+    search tools let it through, the ToolBox reports error ``infra`` and the run retries the
+    attempt. ``cause`` names the fault (``search_index_unreadable``, ``web_search_network``...)."""
+
+    def __init__(self, message: str, *, cause: str = "search_unavailable", retryable: bool = True) -> None:
+        super().__init__(message, cause=cause, retryable=retryable)
+
+
+class DocumentUnavailable(Exception):
+    """One document could not be fetched for a reason of its own (the page at a URL the model
+    chose does not resolve, refuses, times out or answers an error). The model's choice, so
+    the message is written for the model: the ``open`` tool returns it as the observation."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,16 @@ trajectories) and kills it when the trajectory ends.
 ``isolation_level`` (``bwrap`` | ``unshare`` | ``rlimits`` | ``e2b``) says how strongly the
 code is isolated; the trainer logs it once.
 
+What the code does is the model's outcome and comes back as the observation: it raised, ran
+past the time limit, printed too much, ran out of memory, exited or killed its own process.
+What the host or the service does to the sandbox raises :class:`agentrl.InfraError` (the
+ToolBox reports error ``infra``, the run retries the attempt): the sandbox could not start,
+the fork server or a stateful interpreter was killed from outside, E2B failed (causes in
+:mod:`agentrl.tools.sandbox.local`, ``.forkpool``, ``.worker`` and ``.e2b``). The next call
+starts a new sandbox. A fault that took the trajectory's state with it (a stateful
+interpreter, an E2B sandbox that had run earlier calls) is not ``retryable``: the attempt runs
+again; the others are, and the ToolBox runs the same call again in place.
+
 Example::
 
     import asyncio
@@ -31,6 +41,7 @@ import dataclasses
 from typing import Any
 
 from agentrl.toolbox import Tool, ToolContext
+from agentrl.types import InfraError
 
 from .sandbox.config import IsolationRequest, SandboxConfig
 from .sandbox.local import LocalExecutor
@@ -122,10 +133,18 @@ def python_tool(
 
         async def python_e2b(code: str, ctx: ToolContext) -> str:
             box = ctx.state.get("python_e2b")
-            if box is None:
+            opened = box is None
+            if opened:
                 box = ctx.state["python_e2b"] = await remote.open()
                 ctx.on_close(box.kill)
-            return await remote.run(box, code)
+            try:
+                return await remote.run(box, code)
+            except InfraError as exc:
+                ctx.state.pop("python_e2b", None)  # the sandbox is in doubt: the next call opens a new one
+                # Files and variables of earlier calls went with it (both modes share the file
+                # system): the same call again is not the same call, so only the attempt can rerun.
+                exc.retryable = exc.retryable and opened
+                raise
 
         return _make(python_e2b, description, own_limit, remote.isolation_level, settings)
 

@@ -5,8 +5,14 @@ Two backends behind one interface (:class:`SearchBackend`):
 - ``local`` (default): BM25 over a SQLite FTS5 index of a corpus (:mod:`agentrl.tools.search_index`),
   offline and deterministic; ``corpus`` is ``"mini_wiki"``, ``"ovos_wiki"`` or a JSONL path
   (:func:`agentrl.tools.corpus.resolve_corpus`).
-- ``ddgs``: real web search (:mod:`agentrl.tools.search_ddgs`, optional extra ``agentrl[search]``);
-  no network, rate limits and timeouts come back as an observation, never as a crash.
+- ``ddgs``: real web search (:mod:`agentrl.tools.search_ddgs`, optional extra ``agentrl[search]``).
+
+A query that finds nothing is the observation ``NO_RESULTS``. A backend that cannot answer (no
+network, a rate limit, a timeout, an index that cannot be read) raises
+:class:`~agentrl.tools.corpus.SearchUnavailable`, an :class:`agentrl.InfraError`: the tools let
+it through, the ToolBox reports error ``infra`` and the run retries the attempt, so the model is
+never scored for the backend's failure. The ``local`` backend reopens (rebuilding if need be)
+an index that failed on its next call.
 
 Any query text is safe; ``top_k`` is clamped to ``[1, max_top_k]``; snippets, titles and opened
 documents are capped in characters (the ToolBox caps the whole observation in tokens as well).
@@ -25,12 +31,15 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from agentrl.toolbox import Tool, tool
-from agentrl.tools.corpus import Corpus, Document, SearchHit, SearchUnavailable, resolve_corpus
-from agentrl.tools.search_index import clamp_top_k, open_cached_index
+from agentrl.tools.corpus import Corpus, Document, DocumentUnavailable, SearchHit, SearchUnavailable, resolve_corpus
+from agentrl.tools.search_index import SearchIndex, clamp_top_k, open_cached_index
+
+T = TypeVar("T")
 
 BACKENDS = ("local", "ddgs")
 MAX_TITLE_CHARS = 200
@@ -45,28 +54,62 @@ class SearchBackend(Protocol):
     name: str
 
     def search(self, query: str, top_k: int) -> list[SearchHit]:
-        """Best ``top_k`` hits; may raise :class:`SearchUnavailable` with a message for the model."""
+        """Best ``top_k`` hits (empty when nothing matches); raises :class:`SearchUnavailable`
+        when the backend cannot answer."""
         ...
 
     def get(self, doc_id: str) -> Document | None:
-        """The full document, None when the id is unknown; may raise :class:`SearchUnavailable`."""
+        """The full document, None when the id is unknown; raises :class:`DocumentUnavailable`
+        when that document cannot be fetched (its own fault: the observation), and
+        :class:`SearchUnavailable` when the backend cannot answer."""
         ...
 
 
 class LocalBackend:
-    """BM25 search over a corpus, with its FTS5 index built once and cached (see search_index)."""
+    """BM25 search over a corpus, with its FTS5 index built once and cached (see search_index).
+
+    An index that fails a query (:class:`SearchUnavailable`, cause ``search_index_unreadable``)
+    is dropped; the next call opens it again through :func:`open_cached_index`, which rebuilds
+    a missing, stale or corrupt one (``search_index_unavailable`` when that fails too).
+    """
 
     name = "local"
 
     def __init__(self, corpus: str | Path | Corpus = "mini_wiki", cache_dir: str | Path | None = None):
         self.corpus = corpus if isinstance(corpus, Corpus) else resolve_corpus(corpus)
-        self.index = open_cached_index(self.corpus, cache_dir)
+        self.cache_dir = cache_dir
+        self._lock = threading.Lock()
+        self.index: SearchIndex | None = open_cached_index(self.corpus, cache_dir)  # None after a failure
 
     def search(self, query: str, top_k: int) -> list[SearchHit]:
-        return self.index.search(query, top_k)
+        return self._query(lambda index: index.search(query, top_k))
 
     def get(self, doc_id: str) -> Document | None:
-        return self.index.get(doc_id)
+        return self._query(lambda index: index.get(doc_id))
+
+    def _query(self, fn: Callable[[SearchIndex], T]) -> T:
+        index = self.index or self._reopen()
+        try:
+            return fn(index)
+        except SearchUnavailable:
+            with self._lock:
+                if self.index is index:
+                    self.index = None
+            index.close()
+            raise
+
+    def _reopen(self) -> SearchIndex:
+        with self._lock:
+            if self.index is None:
+                try:
+                    self.index = open_cached_index(self.corpus, self.cache_dir)
+                except Exception as exc:  # noqa: BLE001 - whatever stops the rebuild, the model did not cause it
+                    raise SearchUnavailable(
+                        f"the search index of corpus {self.corpus.name!r} ({self.corpus.path}) could not be "
+                        f"reopened or rebuilt ({type(exc).__name__}: {exc}); check that the corpus file and "
+                        "the index directory are readable and writable", cause="search_index_unavailable"
+                    ) from exc
+            return self.index
 
 
 def make_backend(backend: str | SearchBackend = "local", **kwargs: Any) -> SearchBackend:
@@ -147,10 +190,7 @@ def search_tool(
         text = str(query)
         if not text.strip():
             return EMPTY_QUERY
-        try:
-            hits = b.search(text, clamp_top_k(top_k, default_top_k, max_top_k))
-        except SearchUnavailable as e:
-            return str(e)
+        hits = b.search(text, clamp_top_k(top_k, default_top_k, max_top_k))  # SearchUnavailable: infra, let through
         return format_hits(hits, max_snippet_chars)
 
     search.__doc__ = f"""Search {_what(b)} and return the best matches: title, id and a snippet of each.
@@ -180,8 +220,8 @@ def open_tool(
         if not doc_id:
             return "Empty id: pass an id exactly as shown in search results."
         try:
-            doc = b.get(doc_id)
-        except SearchUnavailable as e:
+            doc = b.get(doc_id)  # SearchUnavailable: infra, let through
+        except DocumentUnavailable as e:  # the page the model chose failed: its observation
             return str(e)
         if doc is None:
             return f"No document with id {cap_chars(doc_id, 100)!r}. Use an id exactly as shown in search results."

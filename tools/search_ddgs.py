@@ -4,8 +4,14 @@
 runs in a daemon thread under one deadline (``timeout`` seconds for the whole call, retries
 included), so a network that drops packets cannot hold a rollout longer than that. Rate limits,
 timeouts and connection failures are retried with exponential backoff while the deadline
-allows, then raise :class:`SearchUnavailable` whose message is the observation the model sees.
-Results are normalized to :class:`SearchHit`, the shape the ``local`` backend returns.
+allows, then raise :class:`SearchUnavailable`, an :class:`agentrl.InfraError` whose cause is
+``web_search_<kind>`` (``network``, ``rate_limited``, ``timeout``, ``error``): the web failing
+is not the model's fault, so the run retries the attempt instead of scoring it. "No results"
+is the model's query, and an empty list. Opening a page is the model's choice of URL (one
+that does not resolve is its doing, not the network's), so a page that cannot be fetched
+raises :class:`DocumentUnavailable`, whose message the ``open`` tool returns as the
+observation; a network that is down fails the search that found the URL first. Results are normalized to :class:`SearchHit`, the
+shape the ``local`` backend returns.
 
 Example (needs network; without it the call raises SearchUnavailable within ``timeout``)::
 
@@ -22,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, TypeVar
 
-from agentrl.tools.corpus import Document, SearchHit, SearchUnavailable
+from agentrl.tools.corpus import Document, DocumentUnavailable, SearchHit, SearchUnavailable
 
 T = TypeVar("T")
 FailureKind = Literal["no_results", "rate_limited", "timeout", "network", "error"]
@@ -67,16 +73,29 @@ def classify(exc: BaseException) -> Failure:
 
 
 def observation(failure: Failure, attempts: int, elapsed_s: float) -> str:
-    """What the model reads when web search could not answer."""
+    """The message of the :class:`SearchUnavailable` raised when web search could not answer
+    (the attempt's failure record, and the ToolBox's error text)."""
     tried = f"{attempts} attempt{'s' if attempts != 1 else ''} in {elapsed_s:.1f}s"
     if failure.kind == "network":
         return (f"Web search is unavailable: no network connection (could not reach the search service; "
-                f"{tried}). Answer from what you know, or try again later.")
+                f"{tried}; {failure.detail}). Check this machine's network access or the proxy (DDGS_PROXY).")
     if failure.kind == "rate_limited":
-        return f"Web search is rate-limited right now ({tried}). Try again later, or answer from what you know."
+        return (f"Web search is rate-limited right now ({tried}; {failure.detail}). Fewer concurrent rollouts "
+                "or a larger backoff help.")
     if failure.kind == "timeout":
-        return f"Web search timed out ({tried}). Try a shorter query later, or answer from what you know."
+        return f"Web search timed out ({tried}; {failure.detail})."
     return f"Web search failed ({tried}): {failure.detail}"
+
+
+def page_observation(url: str, failure: Failure) -> str:
+    """What the model reads when the page it chose to open could not be fetched.
+
+    >>> page_observation("https://a.example/", Failure("network", "DNSError: no records"))
+    'Could not open https://a.example/: the site could not be reached (DNSError: no records). Use another result.'
+    """
+    why = {"network": "the site could not be reached", "timeout": "the site did not answer in time",
+           "rate_limited": "the site refused: too many requests"}.get(failure.kind, "the page could not be fetched")
+    return f"Could not open {url[:200]}: {why} ({failure.detail}). Use another result."
 
 
 class _Attempt:
@@ -114,7 +133,8 @@ def call_with_retries(
 
     Attempt i (0-based) that fails with a retryable kind waits ``backoff * 2**i`` seconds
     before the next, if that wait and some time to work still fit before the deadline.
-    A "no results" failure returns ``empty``; anything else raises :class:`SearchUnavailable`.
+    A "no results" failure returns ``empty``; anything else raises :class:`SearchUnavailable`
+    with cause ``web_search_<kind>``.
     """
     start = clock()
     deadline = start + timeout
@@ -140,7 +160,9 @@ def call_with_retries(
         if clock() + delay >= deadline - 0.05:
             break
         sleep(delay)
-    raise SearchUnavailable(observation(failure, attempts, clock() - start))
+    error = SearchUnavailable(observation(failure, attempts, clock() - start), cause=f"web_search_{failure.kind}")
+    error.failure = failure  # type: ignore[attr-defined]  # the kind and detail, for callers that word it their way
+    raise error
 
 
 def clean_query(query: str) -> str:
@@ -231,7 +253,8 @@ class DdgsBackend:
         return normalize_results(raw, top_k)
 
     def get(self, doc_id: str) -> Document | None:
-        """The text of the web page at URL ``doc_id`` (None when ``doc_id`` is not an http(s) URL)."""
+        """The text of the web page at URL ``doc_id`` (None when ``doc_id`` is not an http(s) URL);
+        raises :class:`DocumentUnavailable` when the page cannot be fetched."""
         url = doc_id.strip()
         if not re.match(r"https?://[^\s]+$", url) or len(url) > 2000:
             return None
@@ -239,8 +262,12 @@ class DdgsBackend:
         def once(left: float) -> dict:
             return self._client(left).extract(url, fmt="text_plain")
 
-        page = call_with_retries(once, timeout=self.timeout, max_attempts=self.max_attempts,
-                                 backoff=self.backoff, empty={})
+        try:
+            page = call_with_retries(once, timeout=self.timeout, max_attempts=self.max_attempts,
+                                     backoff=self.backoff, empty={})
+        except SearchUnavailable as exc:
+            failure: Failure = getattr(exc, "failure", Failure("error", str(exc)))
+            raise DocumentUnavailable(page_observation(url, failure)) from exc
         content = page.get("content", "") if isinstance(page, dict) else ""
         if isinstance(content, bytes):
             content = content.decode("utf-8", "replace")

@@ -15,7 +15,10 @@ writable and not inside an installed package, else in ``search/`` under agentrl'
 (:func:`agentrl.models.cache.default_cache_dir`: ``$AGENTRL_CACHE``, default ``~/.cache/agentrl``). The index records a fingerprint of the corpus file (its SHA-256
 and the index schema version) and is rebuilt when the corpus changes. Builds write a
 temporary file and rename it into place, so concurrent builders and readers never see a
-half-written index. Queries run on pooled read-only connections.
+half-written index. Queries run on pooled read-only connections. An index that cannot be read
+at query time (deleted, replaced, truncated, corrupt) raises
+:class:`~agentrl.tools.corpus.SearchUnavailable` (an :class:`agentrl.InfraError`, cause
+``search_index_unreadable``), never a result the model would take for "nothing found".
 
 Example::
 
@@ -41,7 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from agentrl.tools.corpus import Corpus, Document, SearchHit
+from agentrl.tools.corpus import Corpus, Document, SearchHit, SearchUnavailable
 
 SCHEMA_VERSION = "1"  # bump when the tables, tokenizer or ranking change: cached indexes rebuild
 TITLE_WEIGHT = 2.0
@@ -167,15 +170,28 @@ class SearchIndex:
     @contextmanager
     def _conn(self) -> Iterator[sqlite3.Connection]:
         # A pool, not one connection per thread: tool calls each run in a fresh thread.
+        conn: sqlite3.Connection | None
         try:
             conn = self._pool.get_nowait()
         except queue.Empty:
-            conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
-            conn.execute("PRAGMA query_only = 1")
+            conn = None
         try:
+            if conn is None:
+                conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+                conn.execute("PRAGMA query_only = 1")
             yield conn
+        except sqlite3.Error as exc:  # queries are bound parameters of sanitized words: the file failed
+            if conn is not None:
+                conn.close()  # in doubt: not back into the pool
+                conn = None
+            raise SearchUnavailable(
+                f"the search index {self.path} cannot be read ({type(exc).__name__}: {exc}): it is missing, "
+                "replaced or corrupt. The local search backend rebuilds it on its next call; for an index of "
+                "your own, rebuild it with SearchIndex.build(docs, path)", cause="search_index_unreadable"
+            ) from exc
         finally:
-            self._pool.put(conn)
+            if conn is not None:
+                self._pool.put(conn)
 
     def _meta(self, key: str) -> str | None:
         with self._conn() as conn:
@@ -332,7 +348,7 @@ def open_cached_index(corpus: Corpus, cache_dir: str | Path | None = None) -> Se
             if index.fingerprint() == want:
                 return index
             index.close()
-        except sqlite3.DatabaseError:
+        except SearchUnavailable:
             pass  # a corrupt or foreign file: rebuild over it
     try:
         return SearchIndex.build(corpus.load(), path, fingerprint=want)

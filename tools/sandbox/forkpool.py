@@ -5,7 +5,10 @@ reused, else one is started (tens of milliseconds, once). A server is replaced a
 ``SandboxConfig.fork_server_calls`` calls and after any anomaly (a call that had to be
 stopped, a supervisor that did not report, a server found dead), so a call never lands on a
 server whose state is in doubt. A server that was found dead before it took the call costs
-nothing: the call is retried once on a new server. :meth:`ForkServers.close` stops them all;
+nothing: the call is retried once on a new server. A server that dies *during* a call was
+killed from outside (the code cannot signal it): the call raises :class:`agentrl.InfraError`
+(``sandbox_server_died``) and the next call gets a new server; two servers in a row that
+cannot take the call raise it too (``sandbox_start_failed``). :meth:`ForkServers.close` stops them all;
 it runs when the executor is closed or collected and at interpreter exit, and a SIGKILLed
 trainer takes them with it through their lifelines.
 
@@ -22,6 +25,8 @@ from __future__ import annotations
 import threading
 import weakref
 from typing import TYPE_CHECKING
+
+from agentrl.types import InfraError
 
 from .forkserver import ForkServer, ServerLost
 from .result import ExecResult
@@ -56,12 +61,15 @@ class ForkServers:
             except ServerLost as exc:
                 self._retire(server, f"found dead: {exc}")
                 if attempt == 2:
-                    raise RuntimeError(f"the sandbox fork server could not take the call: {exc}") from exc
+                    raise InfraError(f"the sandbox fork server could not take the call, twice in a row ({exc}): "
+                                     "a new server dies before its first call", cause="sandbox_start_failed") from exc
                 continue
             except BaseException:
                 self._retire(server, "the call raised in the trainer")
                 raise
             self._give_back(server, outcome.anomaly)
+            if outcome.server_died:  # retired above: the next call starts a new server
+                raise InfraError(f"{outcome.server_died}; the next call starts a new one", cause="sandbox_server_died")
             return outcome.result
         raise AssertionError("unreachable")
 

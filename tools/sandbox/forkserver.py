@@ -9,6 +9,10 @@ socket on which the call's supervisor writes one status line when the call is ov
 our side of the control socket is the kill (the supervisor kills the call's pid namespace);
 this process dying closes it too.
 
+The server runs as root and the code as a leased uid, so the code cannot signal it: a control
+socket that closes without a status line while the server process has exited means the host
+killed the server (``CallOutcome.server_died``), never the code's own doing.
+
 Example::
 
     from agentrl.tools.sandbox import LocalExecutor, SandboxConfig
@@ -44,6 +48,9 @@ SERVER_CODE = marshal.dumps(compile(Path(__file__).with_name("serve.py").read_te
 # How long a stopped call's supervisor may take to report (it kills a pid namespace: microseconds
 # normally); past it the call is treated as an anomaly and its uid swept from here.
 _STOP_GRACE_S = 5.0
+# How long the server's launcher may take to exit once its control socket closed without a
+# status (the server's death reaches bubblewrap's init, then bubblewrap: milliseconds).
+_DEATH_GRACE_S = 2.0
 # World-writable directories the code can write at the rlimits level (no private mounts there):
 # what the call's uid left at their top level is removed after the call.
 _SHARED_TMP = ("/tmp", "/dev/shm", "/var/tmp")
@@ -59,6 +66,7 @@ class CallOutcome:
 
     result: ExecResult
     anomaly: str | None  # why the server is no longer trusted, or None
+    server_died: str | None = None  # the server process died during the call (the host killed it): why
 
 
 class ForkedCall(PipePump):
@@ -154,6 +162,16 @@ class ForkServer:
         self.proc.read_available()  # the server prints nothing unless it fails: keep its pipe drained
         return not self.proc.exited
 
+    def exits_within(self, seconds: float) -> bool:
+        """Whether the server's launcher has exited, or does within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while self.alive:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            select.select([self.proc.pidfd], [], [], left)
+        return True
+
     def call(self, code: str, uid: int | None) -> CallOutcome:
         """Run ``code`` in a fresh child of this server as ``uid``; raises :class:`ServerLost`
         when the server could not take the call."""
@@ -201,7 +219,13 @@ class ForkServer:
             if workdir:
                 remove_tree(workdir)
                 _remove_owned(uid)
-        return CallOutcome(_result(call, reason, cfg.timeout, cfg.max_output_bytes), anomaly)
+        why = None
+        # No status line: the server died (the host's doing), or it is alive and withheld the
+        # status because the call's processes would not die (the call's doing).
+        if reason == "done" and not call.status.endswith(b"\n") and self.exits_within(_DEATH_GRACE_S):
+            why = ("the sandbox's fork server died while the code ran: killed from outside (the code runs as "
+                   f"another uid and cannot signal it; launcher status {self.proc.returncode})")
+        return CallOutcome(_result(call, reason, cfg.timeout, cfg.max_output_bytes), anomaly, why)
 
     def stop(self) -> None:
         """Close the socket (the server exits on its own, normally within milliseconds), then

@@ -22,6 +22,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -91,17 +92,27 @@ class SandboxProcess(PipePump):
         self.marker = marker
         self.lifeline = lifeline  # write end of the sandbox's lifeline pipe; closed by kill()
         self.started = time.perf_counter()
-        self.popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**env, "AGENTRL_SANDBOX_RUN": marker} if marker else env,
-            cwd=cwd,
-            start_new_session=True,  # own process group, so one killpg reaches every descendant that stays in it
-            pass_fds=pass_fds,
-            close_fds=True,
-        )
+        # The child's stdin is a pipe whose read end we keep too (reading EOF needs only the
+        # write end closed): after the run it still holds what the child did not read, so
+        # :meth:`input_unread` can tell a sandbox that died before it read its code.
+        self.stdin_r, stdin_w = os.pipe() if stdin is not None else (-1, -1)
+        try:
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=self.stdin_r if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**env, "AGENTRL_SANDBOX_RUN": marker} if marker else env,
+                cwd=cwd,
+                start_new_session=True,  # own process group, so one killpg reaches every descendant that stays in it
+                pass_fds=pass_fds,
+                close_fds=True,
+            )
+        except BaseException:
+            for fd in (self.stdin_r, stdin_w):
+                if fd >= 0:
+                    os.close(fd)
+            raise
         self.pid = self.popen.pid
         self.capture = OutputCapture(max_chars)
         self.stdout_fd = self.popen.stdout.fileno()  # type: ignore[union-attr]
@@ -109,8 +120,8 @@ class SandboxProcess(PipePump):
         self.in_fd: int | None = None
         self.pending = b""
         self._close_in = False
-        if self.popen.stdin is not None:
-            self.send(self.popen.stdin.fileno(), stdin or b"", close_after=True)
+        if stdin_w >= 0:
+            self.send(stdin_w, stdin or b"", close_after=True)
         self.pidfd = os.pidfd_open(self.pid)
         self.exited = False
         self.stdout_open = True
@@ -125,12 +136,13 @@ class SandboxProcess(PipePump):
             self.write_pending()
 
     def close_input(self) -> None:
-        if not self._close_in:
-            return
-        if self.popen.stdin is not None and self.popen.stdin.fileno() == self.in_fd:
-            self.popen.stdin.close()
-        else:
-            os.close(self.in_fd)
+        if self._close_in:
+            os.close(self.in_fd)  # type: ignore[arg-type]
+
+    def input_unread(self) -> bool:
+        """Whether the child's stdin still holds (or never got) some of what was sent: a child
+        that has exited without reading its code never ran it. Call before :meth:`kill`."""
+        return bool(self.pending) or (self.stdin_r >= 0 and unread_bytes(self.stdin_r) > 0)
 
     def mark_exited(self) -> None:
         """Note the launcher's exit status *without reaping it*: while it is a zombie its pid
@@ -177,6 +189,12 @@ class SandboxProcess(PipePump):
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
+        if self.stdin_r >= 0:
+            os.close(self.stdin_r)
+            self.stdin_r = -1
+        if self._close_in and self.in_fd is not None:  # input the child never took
+            os.close(self.in_fd)
+            self.in_fd, self.pending = None, b""
 
     @property
     def elapsed(self) -> float:
@@ -235,6 +253,19 @@ def pump(
                     obj()
     finally:
         sel.close()
+
+
+def unread_bytes(fd: int) -> int:
+    """Bytes written to the pipe ``fd`` and not read yet (FIONREAD works on either end)."""
+    import fcntl
+    import termios
+
+    buf = bytearray(4)
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buf)
+    except OSError:
+        return 0
+    return int.from_bytes(buf, sys.byteorder)
 
 
 def kill_uid(uid: int) -> int:

@@ -29,7 +29,8 @@ class ExecResult:
     truncated: bool = False  # bytes were cut from the middle of the output
     restarted: bool = False  # stateful mode: an earlier interpreter (and its variables) is gone
     worker_exited: bool = False  # stateful mode: the code ended the interpreter
-    server_lost: bool = False  # fresh mode: the fork server or the call's supervisor died mid-call
+    server_lost: bool = False  # fresh mode: the fork server did not report how the call ended (its processes would not die)
+    unstarted: bool = False  # the sandbox exited before it read the code: nothing of it ran (a failed launch, not the code)
 
     @property
     def ok(self) -> bool:
@@ -43,7 +44,8 @@ class ExecResult:
         elif self.output_limited:
             notes.append(f"[stopped: the code printed more than {self.max_output_bytes} bytes]")
         elif self.server_lost:
-            notes.append("[the sandbox stopped before the code finished; it was restarted, run the code again]")
+            notes.append("[the sandbox could not confirm how the code ended (its processes would not stop); "
+                         "it was restarted]")
         elif self.worker_exited:
             notes.append(f"[the interpreter exited (status {self.exit_code}); a new one starts on the next call]")
         elif self.exit_code is not None and self.exit_code < 0:
