@@ -17,7 +17,7 @@ injected infrastructure fault, seeded). From each run:
   survivors' advantages (mean and max |ΔA|).
 
     python benchmarks/infra_faults.py --seeds 0 1 2 --rates 0 0.05 0.15   # the figures of benchmarks/README.md
-    python benchmarks/infra_faults.py --rates 0.15 rollout.infra_retries=0  # failures that stand
+    python benchmarks/infra_faults.py --rates 0.15 rollout.infra_retries=0 tools.infra_retries=0  # failures stand
 """
 
 from __future__ import annotations
