@@ -17,6 +17,10 @@ so the code it runs cannot raise them back), then does one of:
   token only after ``check`` returned.
 
 Like a notebook, a cell whose last statement is an expression prints that value's repr.
+
+Before anything else the child confines its view of the host's files where the launch says so
+(``VIEW=`` in the spec; see :mod:`.isolation`): at the unshare level it builds the sandbox's
+root and pivots into it (:func:`enter_root`), at the rlimits level it applies Landlock rules.
 """
 
 import posix as os  # the os module costs ~1 ms of start-up; posix has read/write, all we need
@@ -56,6 +60,7 @@ def guard(fd, scope, detach=False):
 
 def set_limits(spec):
     """Apply ``NAME=value,...`` rlimits with soft == hard (never above the current hard limit);
+    ``VIEW=hex`` first confines the view of the host's files (:func:`confine`);
     ``LIFE=fd:scope[:detach]`` starts the :func:`guard`; if the spec has ``UID=n``, become uid/gid n with no supplementary groups (used under
     privileged bubblewrap, which already set no_new_privs and left only CAP_SETUID/CAP_SETGID:
     after the switch the process has no capabilities and cannot regain any)."""
@@ -63,7 +68,10 @@ def set_limits(spec):
 
     uid = life = None
     for item in spec.split(","):
-        if not item:
+        if item.startswith("VIEW="):
+            confine(item[5:])
+    for item in spec.split(","):
+        if not item or item.startswith("VIEW="):
             continue
         name, _, value = item.partition("=")
         if name == "UID":
@@ -85,6 +93,89 @@ def set_limits(spec):
     if life is not None:
         fd, scope, *detach = life.split(":")
         guard(int(fd), scope, detach=bool(detach))
+
+
+def confine(hexspec):
+    """``("root", top, mounts)``: :func:`enter_root`; ``("landlock", code, rules, handled)``:
+    run the Landlock module's code (it travels with the launch) and restrict this process."""
+    import marshal
+
+    kind, *spec = marshal.loads(bytes.fromhex(hexspec))
+    if kind == "root":
+        enter_root(*spec)
+    else:
+        code, rules, handled = spec
+        scope = {"__builtins__": __builtins__}
+        exec(code, scope)
+        scope["restrict"](rules, handled)
+
+
+# mount(2) flags; and the statvfs flags a bind keeps from its source, which a user namespace
+# locks, so its read-only remount must repeat them: noexec, noatime, nodiratime, relatime.
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+_KEPT_FLAGS = ((8, 8), (1024, 1024), (2048, 2048), (4096, 1 << 21))
+
+
+def enter_root(top, mounts, pivot_root):
+    """Unshare level, as (namespace) root: build the sandbox's root at the empty directory
+    ``top`` from ``mounts`` (``(kind, path, arg)``: ``ro``/``bind`` a host path, ``link`` to
+    ``arg``, ``tmpfs`` with ``arg`` = ``SIZE:MODE``; the first is the root's own tmpfs), make it
+    read-only, pivot into it (syscall number ``pivot_root``) and detach the host's root:
+    detached, not covered, so not even a root inside the sandbox can unmount its way back.
+    Then sets no_new_privs."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(ret, what):
+        if ret != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "sandbox root: %s: %s (use isolation='bwrap')" % (what, os.strerror(e)))
+
+    def mount(src, dst, fstype, flags, data=None):
+        enc = lambda v: None if v is None else v.encode()  # noqa: E731
+        check(libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), "mount " + dst)
+
+    def makedirs(path):
+        try:
+            os.lstat(path)
+        except OSError:
+            makedirs(path.rsplit("/", 1)[0])
+            os.mkdir(path, 0o755)
+
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    makedirs(top)  # a /tmp cleaner may have removed it since the trainer made it
+    readonly = []
+    for kind, path, arg in mounts:
+        dst = top + path
+        if kind == "link":
+            makedirs(dst.rsplit("/", 1)[0])
+            os.symlink(arg, dst)
+            continue
+        if kind == "tmpfs":
+            size, mode = arg.split(":")
+            makedirs(dst)
+            mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, "mode=%s" % mode + (",size=" + size if size != "0" else ""))
+            if mode != "1777" and path != "/dev":
+                readonly.append(dst)  # the root, or a hidden directory: empty for good
+            continue
+        if os.stat(path).st_mode & 0o170000 == 0o040000:
+            makedirs(dst)
+        else:  # a file (a device, pyvenv.cfg): the mount point is an empty file
+            makedirs(dst.rsplit("/", 1)[0])
+            os.close(os.open(dst, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+        mount(path, dst, None, MS_BIND | MS_REC)
+        if kind == "ro":
+            readonly.append(dst)
+    for dst in reversed(readonly):  # innermost first, once nothing more is created inside
+        kept = os.statvfs(dst).f_flag
+        extra = sum(ms for st, ms in _KEPT_FLAGS if kept & st)
+        mount(None, dst, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra)
+    os.chdir(top)
+    check(libc.syscall(pivot_root, b".", b"."), "pivot_root")  # the host's root now lies on top of ours ...
+    check(libc.umount2(b".", 2), "detach the host's root")  # ... and is gone (MNT_DETACH)
+    os.chdir("/tmp")
+    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
 
 
 def report(exc, src):

@@ -1,26 +1,41 @@
-"""How a sandboxed interpreter is launched: the isolation level and its command line.
+"""How a sandboxed interpreter is launched: the isolation level, its command line, and what
+the sandbox sees of the host's files.
+
+The rule, at every level: the code sees only what its interpreter needs, read-only: the
+system directories (``/usr``, ``/etc`` and the ``/bin``, ``/lib*`` links into ``/usr``), the
+Python installation (its standard library), and the packages ``SandboxConfig.packages``
+allows (by default numpy, sympy and mpmath where installed), each with its whole
+distribution. Everything else of the host is hidden: the checkout, home directories, the
+virtualenv and every other package in site-packages (so an environment's answer data, such
+as HumanEval's, is out of reach), ``.env`` and credential files, and ``hidden_paths`` even
+inside a shown tree. :class:`~.config.HostView` is that plan (:func:`~.config.host_view`);
+docs/sandbox.md lists what is shown and hidden and says how to allow a package.
 
 Levels, strongest first (``isolation_level`` names the one in use):
 
-- ``bwrap``: bubblewrap. No network (own empty network namespace), read-only root, private
-  sized tmpfs for /tmp (the working directory) and /dev/shm, own pid/ipc/uts namespaces,
-  ``--cap-drop ALL``, ``--die-with-parent``, ``--new-session``; home directories and other
-  places where credentials live are hidden behind empty tmpfs mounts, the Python install is
-  bound back read-only. Started as root, bwrap runs privileged (no user namespace, which
-  would map the sandbox onto host root), sets ``no_new_privs`` and keeps only CAP_SETUID and
-  CAP_SETGID, which the child uses as its first act to become a leased unprivileged uid
-  (after which it has no capabilities and, under no_new_privs, cannot gain any).
-- ``unshare``: the same namespaces through util-linux ``unshare`` where permitted; private
-  tmpfs /tmp, /dev/shm and hidden directories, but the root file system stays writable to
-  whatever the (unprivileged) uid may write.
-- ``rlimits``: no namespaces: only the always-on measures.
+- ``bwrap``: bubblewrap. A new root holding only the host view (bound read-only) plus a
+  minimal ``/dev``, ``/proc`` and ``/sys``; no network (own empty network namespace); private
+  sized tmpfs for /tmp (the working directory) and /dev/shm; own pid/ipc/uts namespaces,
+  ``--cap-drop ALL``, ``--die-with-parent``, ``--new-session``. Started as root, bwrap runs
+  privileged (no user namespace, which would map the sandbox onto host root), sets
+  ``no_new_privs`` and keeps only CAP_SETUID and CAP_SETGID, which the child uses as its
+  first act to become a leased unprivileged uid (after which it has no capabilities and,
+  under no_new_privs, cannot gain any).
+- ``unshare``: the same namespaces through util-linux ``unshare`` where permitted; the child
+  builds the same view itself (:func:`child.enter_root`) and pivots into it, detaching the
+  host's root, then becomes its leased uid under no_new_privs.
+- ``rlimits``: no namespaces. The host view is enforced by Landlock (:mod:`.landlock`, Linux
+  >= 5.13): outside it, files cannot be read, listed or executed (``PermissionError``);
+  names inside hidden site-packages directories can still be listed, and ``stat`` still
+  tells whether a path exists. Writes, and the network, stay as the uid's permissions allow.
+  Without Landlock this level hides nothing, and :func:`describe_level` says so.
 
 Always: an unprivileged uid when started as root, rlimits set inside the child before any
 user code (soft = hard), an allow-listed environment, a private working directory, and the
 parent's kill of the whole process group plus stragglers (see :mod:`.process`).
 
 The same launch starts a fresh-mode fork server (``child.py server``, :mod:`.serve`) at every
-level: it runs inside the same namespaces and read-only root, and each call it forks gets the
+level: it runs inside the same view and namespaces, and each call it forks gets the
 guarantees above plus a mount and IPC namespace of its own (see :mod:`.forkserver`).
 
 Example::
@@ -28,16 +43,17 @@ Example::
     from agentrl.tools.sandbox.config import SandboxConfig
     from agentrl.tools.sandbox.isolation import Isolation
     iso = Isolation.for_config(SandboxConfig())
-    print(iso.level)  # "bwrap" where bubblewrap works
+    print(iso.level, iso.view.shown)  # "bwrap" where bubblewrap works
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import marshal
 import os
-import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -45,44 +61,63 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import SandboxConfig
+from . import landlock
+from .config import PYTHON, SYSTEM_DIRS, Mount, SandboxConfig, host_view, missing_parents, unshare_steps
 from .uids import UidLeases
 
 LEVELS: tuple[str, ...] = ("bwrap", "unshare", "rlimits")
 
 # What each level means, in one phrase (the trainer's "tool isolation:" line).
 MEANINGS: dict[str, str] = {
-    "bwrap": "bubblewrap: no network, read-only root, private /tmp, own pid namespace, no capabilities; "
-             "the strongest level",
-    "unshare": "util-linux unshare: no network, private /tmp, own pid namespace, but the root file system "
-               "stays writable to the sandbox's uid",
-    "rlimits": "no namespaces: resource limits, an allow-listed environment and a private working "
-               "directory only; the code can reach the network and write where its uid may",
+    "bwrap": "bubblewrap: no network, sees only the system directories, the standard library and the "
+             "allowed packages (read-only), private /tmp, own pid namespace, no capabilities; the strongest level",
+    "unshare": "util-linux unshare: no network, the same read-only view of the host as bwrap, private /tmp, "
+               "own pid namespace; as a normal user the code keeps root's capabilities in its user namespace",
+    "rlimits": "no namespaces: resource limits, an allow-listed environment and a private working directory; "
+               "Landlock keeps the host's files outside the view unreadable (names inside site-packages stay "
+               "listable), but the code can reach the network and write where its uid may",
     "e2b": "E2B cloud sandboxes: the code runs on E2B's machines, not this one",
 }
+_RLIMITS_WITHOUT_LANDLOCK = (
+    "no namespaces: resource limits, an allow-listed environment and a private working directory only; "
+    "this kernel has no Landlock, so the code can read every file its uid may (the checkout, other packages' "
+    "data), reach the network and write where its uid may"
+)
 
 
 def describe_level(level: str) -> str:
     """``level`` with what it isolates and, below ``bwrap``, how to get the strongest level.
 
     >>> describe_level("bwrap")
-    'bwrap (bubblewrap: no network, read-only root, ...; the strongest level)'
+    'bwrap (bubblewrap: no network, sees only the system directories, ...; the strongest level)'
     >>> "apt-get install bubblewrap" in describe_level("rlimits") or shutil.which("bwrap") is not None
     True
     """
-    text = f"{level} ({MEANINGS.get(level, 'a level this version does not describe')})"
+    meaning = MEANINGS.get(level, "a level this version does not describe")
+    if level == "rlimits" and landlock_abi() < 1:
+        meaning = _RLIMITS_WITHOUT_LANDLOCK
+    text = f"{level} ({meaning})"
     if level not in ("unshare", "rlimits"):
         return text
     if shutil.which("bwrap") is None:
         return f"{text}; for bwrap, the strongest level, install bubblewrap (sudo apt-get install bubblewrap)"
     return (f"{text}; bubblewrap is installed but failed its start-up check here (often: unprivileged user "
             "namespaces are disabled); python_tool(isolation='bwrap') raises with the reason")
+
+
+@functools.cache
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none), probed once."""
+    return landlock.abi_version()
+
+
 CHILD_SOURCE = (Path(__file__).with_name("child.py")).read_text()
 # The child program travels precompiled (marshal, same interpreter binary): loading it takes
 # ~0.2 ms where compiling its source on every start took several.
 CHILD_CODE = marshal.dumps(compile(CHILD_SOURCE, "<sandbox>", "exec")).hex()
+# Runs in the child at the rlimits level (docstrings dropped: it travels in every launch).
+LANDLOCK_CODE = compile(Path(__file__).with_name("landlock.py").read_text(), "<sandbox-landlock>", "exec", optimize=2)
 BOOT = "import marshal,sys;exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))))"
-PYTHON = os.path.realpath(sys.executable)
 # -I: ignore PYTHON* variables, user site and the script's directory; -S: no site import
 # (about 10x faster start than a pyenv-shimmed interpreter with site); -u: unbuffered, so
 # output printed before a kill is still seen.
@@ -95,6 +130,7 @@ _QUIET_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 
 # The launcher dies with the thread that started it (a SIGKILLed trainer takes its sandboxes).
 _PDEATHSIG: tuple[str, ...] = ("setpriv", "--pdeathsig", "KILL", "--")
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}  # syscall numbers
 
 
 @dataclass(frozen=True)
@@ -121,23 +157,27 @@ class Isolation:
         self.level = level
         self.root = os.geteuid() == 0
         self.leases = UidLeases(config.uid_base, config.uid_count) if self.root else None
-        self.exposed = _exposed_paths(config.site_packages)
-        self.extra_path = os.pathsep.join(p for p in self.exposed[1:]) if config.site_packages else ""
+        self.view = host_view(config)
+        self.exposed = [p for p in self.view.shown if p not in SYSTEM_DIRS]  # bound paths the private /tmp must keep
+        self.extra_path = os.pathsep.join(self.view.sys_path)
         self.nproc = config.max_processes if self.root else _own_process_count() + config.max_processes + 64
         self.base_dir = _private_base_dir() if level == "rlimits" else None
         if level == "rlimits" and self.root:
-            blocked = [p for p in self.exposed if not _world_reachable(p)]
+            needed = [*self.view.required, *(self.view.sys_path if config.site_packages else ())]
+            blocked = [p for p in needed if not _world_reachable(p)]
             if blocked:
                 raise RuntimeError(
                     f"the sandbox user cannot reach {blocked[0]} (a parent directory is not world-searchable); "
                     "install bubblewrap (apt-get install bubblewrap) so the sandbox can bind it, or make the "
                     f"path searchable (chmod o+x on its parents), or use a Python outside it"
                 )
+        self._view_arg = self._confinement()
 
     @classmethod
     def for_config(cls, config: SandboxConfig) -> "Isolation":
         """The strongest working level allowed by ``config.isolation``; probed once per process."""
-        key = (config.isolation, config.site_packages, config.hidden_paths, config.uid_base, config.uid_count, os.geteuid())
+        key = (config.isolation, config.site_packages, tuple(config.packages), config.hidden_paths, config.uid_base,
+               config.uid_count, os.geteuid(), tuple(sys.path))
         with cls._cache_lock:
             if key in cls._cache:
                 return cls(config, cls._cache[key])
@@ -187,10 +227,10 @@ class Isolation:
         """The command line that runs ``child.py`` with ``child_args`` at this level. A fork
         ``server`` (see :mod:`.serve`) keeps CAP_SYS_ADMIN under bubblewrap as root, to give each
         call its own mount and pid namespace."""
-        limits = child_args[1]
-        if self.level == "bwrap" and uid is not None:
-            # The child drops to ``uid`` itself (see child.set_limits): one exec fewer than
-            # setpriv, ~4 ms of CPU per call. bwrap already set no_new_privs.
+        limits = child_args[1] + self._view_arg
+        if self.level != "rlimits" and uid is not None:
+            # The child drops to ``uid`` itself (see child.set_limits), after building its view
+            # at the unshare level: one exec fewer than setpriv, ~4 ms of CPU per call.
             limits, drop = f"{limits},UID={uid}", []
         else:
             drop = _drop_privileges(uid)
@@ -202,7 +242,7 @@ class Isolation:
             argv = [*_PDEATHSIG, "bwrap", *self._bwrap_args(server), "--chdir", "/tmp", "--", *python]
             return Launch(argv, env, "/", uid, None, True)
         if self.level == "unshare":
-            return Launch(self._unshare_argv(drop, python), env, "/", uid, None, True)
+            return Launch(self._unshare_argv(python), env, "/", uid, None, True)
         workdir = tempfile.mkdtemp(prefix="run-", dir=self.base_dir)
         if uid is not None:
             os.chown(workdir, uid, uid)
@@ -218,8 +258,22 @@ class Isolation:
         if launch.host_workdir:
             remove_tree(launch.host_workdir)
 
+    def _confinement(self) -> str:
+        """The ``VIEW=`` item of the child's spec: the root the child builds (unshare) or its
+        Landlock rules (rlimits); empty under bwrap, which builds the root itself."""
+        if self.level == "unshare":
+            if os.uname().machine not in _PIVOT_ROOT:
+                raise RuntimeError(f"the unshare level does not know pivot_root on {os.uname().machine}; install bubblewrap")
+            steps = [("tmpfs", "", "0:0755"), *(s for m in self.view.root(self.config.disk_mb << 20) for s in unshare_steps(m))]
+            spec: tuple[object, ...] = ("root", _new_root_mount_point(), steps, _PIVOT_ROOT[os.uname().machine])
+        elif self.level == "rlimits" and landlock_abi() >= 1:
+            handled, rules = landlock.plan_view(self.view, landlock_abi())
+            spec = ("landlock", LANDLOCK_CODE, [*rules, (self.base_dir, handled)], handled)
+        else:
+            return ""
+        return ",VIEW=" + marshal.dumps(spec).hex()
+
     def _bwrap_args(self, server: bool = False) -> list[str]:
-        size = str(self.config.disk_mb << 20)
         ns = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if self.root:
             # Privileged bwrap keeps only what the child needs to drop to the sandbox uid.
@@ -229,46 +283,49 @@ class Isolation:
         else:
             ns = ["--unshare-all"]
             caps = ["--cap-drop", "ALL"]
-        args = [*ns, "--die-with-parent", "--new-session", *caps, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp", "--size", size, "--perms", "1777", "--tmpfs", "/dev/shm"]
-        for path in _under_private_tmp(self.exposed):  # e.g. a virtualenv under /tmp: bind it back
-            for parent in _parents_between("/tmp", path):
+        args = [*ns, "--die-with-parent", "--new-session", *caps]
+        done: list[Mount] = []
+        for m in self.view.root(self.config.disk_mb << 20):
+            for parent in missing_parents(m.path, done):  # bwrap would make them 0700: unreachable for the uid
                 args += ["--perms", "0755", "--dir", parent]
-            args += ["--ro-bind", path, path]
-        for hidden, binds in _hide_plan(self.config.hidden_paths, self.exposed):
-            args += ["--tmpfs", hidden]
-            for path in binds:
-                for parent in _parents_between(hidden, path):
-                    args += ["--perms", "0755", "--dir", parent]
-                args += ["--ro-bind", path, path]
+                done.append(Mount("dir", parent))
+            done.append(m)
+            if m.kind == "ro":
+                args += ["--ro-bind", m.path, m.path]
+            elif m.kind == "link":
+                args += ["--symlink", m.arg, m.path]
+            elif m.kind == "tmpfs":
+                size, mode = m.arg.split(":")
+                args += ["--size", size, "--perms", mode, "--tmpfs", m.path]
+            else:
+                args += [f"--{m.kind}", m.path]
+        for path in ("/", *self.view.masks):  # read-only once everything inside is mounted
+            args += ["--remount-ro", path]
         return args
 
-    def _unshare_argv(self, drop: list[str], python: list[str]) -> list[str]:
-        size = self.config.disk_mb << 20
-        lines = ["set -e", f"mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm"]
-        keep = _under_private_tmp(self.exposed)  # staged on the new /dev/shm while /tmp is replaced
-        for j, path in enumerate(keep):
-            lines += [f"mkdir /dev/shm/.keep{j}", f"mount --bind {shlex.quote(path)} /dev/shm/.keep{j}"]
-        lines.append(f"mount -t tmpfs -o size={size},mode=1777 tmpfs /tmp")
-        for j, path in enumerate(keep):
-            q = shlex.quote(path)
-            lines += [f"mkdir -p {q}", f"mount --bind /dev/shm/.keep{j} {q}", f"umount /dev/shm/.keep{j}",
-                      f"rmdir /dev/shm/.keep{j}", f"mount -o remount,bind,ro {q}" + ("" if self.root else " 2>/dev/null || true")]
-        for i, (hidden, binds) in enumerate(_hide_plan(self.config.hidden_paths, self.exposed)):
-            stage = [f"/tmp/.stage{i}_{j}" for j in range(len(binds))]
-            for path, st in zip(binds, stage):
-                lines += [f"mkdir {st}", f"mount --bind {shlex.quote(path)} {st}"]
-            lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(hidden)}")
-            for path, st in zip(binds, stage):
-                q = shlex.quote(path)
-                lines += [f"mkdir -p {q}", f"mount --bind {st} {q}", f"umount {st}", f"rmdir {st}"]
-                # Read-only where permitted (in a user namespace the source's flags may be locked).
-                lines.append(f"mount -o remount,bind,ro {q}" + ("" if self.root else " 2>/dev/null || true"))
-        # ``cd`` makes the shell export OLDPWD: unset it so the code sees the allow-listed environment.
-        lines += ["cd /tmp", "unset OLDPWD", 'set +e', '"$@"']  # sh stays pid 1 (signals to pid 1 are ignored; the code runs as pid 2)
+    def _unshare_argv(self, python: list[str]) -> list[str]:
+        # sh stays pid 1 (signals to pid 1 are ignored; the code runs as pid 2). Its working
+        # directory is the host's root, so the child's pivot_root moves it into the sandbox's.
         user = [] if self.root else ["--user", "--map-root-user"]
         unshare = ["unshare", *user, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
-        return [*_PDEATHSIG, *unshare, "--", "/bin/sh", "-c", "\n".join(lines), "sandbox", *drop, *python]
+        return [*_PDEATHSIG, *unshare, "--", "/bin/sh", "-c", '"$@"', "sandbox", *python]
+
+
+@functools.cache
+def _new_root_mount_point() -> str:
+    """A directory of ours on which each unshare sandbox mounts its new root, inside its own
+    mount namespace (the host never sees anything mounted there). One per user, kept: a
+    SIGKILLed trainer would otherwise leave one behind per process."""
+    path = os.path.join(tempfile.gettempdir(), f"agentrl-sandbox-root-{os.geteuid()}")
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():  # planted by someone else: use a fresh one
+        path = tempfile.mkdtemp(prefix="agentrl-sandbox-root-")
+        atexit.register(remove_tree, path)
+    return path
 
 
 def _drop_privileges(uid: int | None) -> list[str]:
@@ -281,41 +338,9 @@ def _drop_privileges(uid: int | None) -> list[str]:
     ]
 
 
-def _exposed_paths(site_packages: bool) -> list[str]:
-    """The Python installation (first) and, when asked, the parent's site-packages directories."""
-    paths = [os.path.realpath(sys.base_prefix)]
-    if not os.path.realpath(PYTHON).startswith(paths[0] + os.sep):
-        paths.append(os.path.dirname(os.path.realpath(PYTHON)))
-    if site_packages:
-        for p in sys.path:
-            real = os.path.realpath(p) if p else ""
-            if real.endswith("site-packages") and os.path.isdir(real) and real not in paths:
-                paths.append(real)
-    return paths
-
-
 def _under_private_tmp(exposed: list[str]) -> list[str]:
-    """Exposed paths that the sandbox's private /tmp would hide (a checkout or venv in /tmp)."""
+    """Bound paths that the sandbox's private /tmp would hide (a checkout or venv in /tmp)."""
     return [e for e in exposed if e.startswith("/tmp" + os.sep)]
-
-
-def _hide_plan(hidden: tuple[str, ...], exposed: list[str]) -> list[tuple[str, list[str]]]:
-    """For each hidden directory that exists: the exposed paths below it to bind back. A
-    directory that contains nothing exposed is hidden whole; one inside an exposed path is
-    skipped (hiding it would hide part of Python)."""
-    plan = []
-    for h in hidden:
-        h = os.path.realpath(h)
-        if not os.path.isdir(h) or any(h == e or h.startswith(e + os.sep) for e in exposed):
-            continue
-        plan.append((h, [e for e in exposed if e.startswith(h + os.sep)]))
-    return plan
-
-
-def _parents_between(top: str, path: str) -> list[str]:
-    """Directories strictly between ``top`` and ``path``, outermost first."""
-    rel = Path(path).relative_to(top).parts[:-1]
-    return [os.path.join(top, *rel[: i + 1]) for i in range(len(rel))]
 
 
 def _world_reachable(path: str) -> bool:

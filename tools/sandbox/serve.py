@@ -108,8 +108,8 @@ def install_filter():
 
 def private_mounts(disk_bytes, keep):
     """A fresh ``/tmp`` and ``/dev/shm`` for this call only, and its own System V IPC and
-    POSIX message queues (all of them vanish with the call's last process). Paths of the
-    Python installation that live under /tmp are bound back read-only."""
+    POSIX message queues (all of them vanish with the call's last process). What the host
+    view binds under /tmp (a virtualenv's allowed packages) is bound back read-only."""
     _sys("unshare", CLONE_NEWNS | CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing mounted here reaches the server
     opts = "size=%d,mode=1777" % disk_bytes
@@ -117,16 +117,26 @@ def private_mounts(disk_bytes, keep):
     staged = []
     for j, path in enumerate(keep):
         stage = "/dev/shm/.keep%d" % j
-        os.mkdir(stage)
+        is_dir = os.path.isdir(path)
+        _mount_point(stage, is_dir)
         _mount(path, stage, None, MS_BIND | MS_REC, None)
-        staged.append((stage, path))
+        staged.append((stage, path, is_dir))
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts)
-    for stage, path in staged:
-        os.makedirs(path, 0o755, exist_ok=True)
+    for stage, path, is_dir in staged:
+        _mount_point(path, is_dir)
         _mount(stage, path, None, MS_BIND | MS_REC, None)
         _sys("umount2", stage.encode(), MNT_DETACH)
-        os.rmdir(stage)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        os.rmdir(stage) if is_dir else os.unlink(stage)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+
+def _mount_point(path, is_dir):
+    """An empty directory, or for a file (a module such as ``six.py``) an empty file."""
+    if is_dir:
+        os.makedirs(path, 0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
 
 
 def code_process(chan, sock_fd, mounts):
