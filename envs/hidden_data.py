@@ -1,16 +1,15 @@
-"""Keep an environment's task files out of its sandboxes.
+"""Keep an environment's task files out of its sandboxes, whatever they may see.
 
-The python tool and the code checker run the model's code in a sandbox whose root file system
-is the host's, read-only. A data file of tasks is then readable from there: a policy can learn
-to open it and copy the answer (math's ``answer`` field) or run the canonical solution
-(HumanEval's ``canonical_solution``) instead of solving. An environment that knows its data
-files names them in ``data_paths``; its sandboxes mount an empty folder over each file's folder
-and over the git work tree around it (its history holds the same files), as they already do
-over home directories (``SandboxConfig.hidden_paths``).
-
-Limits: only where the isolation level can mount (bwrap, unshare; not ``rlimits``), and never
-inside the Python installation the sandbox runs (the sandbox keeps that). Under ``/tmp`` nothing
-is needed: the sandbox's /tmp is private.
+The python tool and the code checker run the model's code in a sandbox that shows only the
+system directories, the standard library and the allowed packages (docs/sandbox.md), so a
+checkout and other packages' data files are hidden already. A data file can still sit inside
+what is shown (an allowed package's folder, or a tool built with ``site_packages=True``), and a
+policy that can open it can copy the answer (math's ``answer`` field) or run the canonical
+solution (HumanEval's ``canonical_solution``) instead of solving. An environment that knows its
+data files names them in ``data_paths``; its sandboxes also hide each file's folder and the git
+work tree around it (its history holds the same files), through
+``SandboxConfig.hidden_paths``. At ``rlimits`` the hiding is Landlock's (contents unreadable,
+names still listable); under ``/tmp`` nothing is needed: the sandbox's /tmp is private.
 
 Example::
 

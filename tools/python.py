@@ -108,8 +108,10 @@ def python_tool(
     a warm server inside the sandbox (the default where the trainer is root; see
     :mod:`agentrl.tools.sandbox.forkserver`).
 
-    ``site_packages=True`` lets the code import the packages installed next to agentrl (numpy...);
-    it costs startup time in fresh mode. Raises at construction when the backend cannot work
+    The code sees the standard library and the allowed packages (``SandboxConfig.packages``:
+    numpy, sympy, mpmath where installed), nothing else of the host (docs/sandbox.md).
+    ``site_packages=True`` shows every installed package and its data files: for trusted code
+    only (an environment's answers may sit there). Raises at construction when the backend cannot work
     here (no isolation level available, no E2B key), so a run fails before training starts.
     """
     if backend not in BACKENDS:
