@@ -500,7 +500,8 @@ def _ddgs_box(proxy_url: str, timeout: float = 2.0) -> ToolBox:
 def test_web_search_rate_limited_is_infra() -> None:
     with proxy(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n") as url:
         msg = infra(search(_ddgs_box(url), "python"), "web_search_rate_limited", "search")
-    assert msg.startswith("Web search is rate-limited") and "429" in msg
+    # the status reaches the message only when ddgs's HTTP client reports it (not every backend does)
+    assert msg.startswith("Web search is rate-limited")
 
 
 def test_web_search_that_never_answers_is_infra_within_its_timeout() -> None:
