@@ -15,6 +15,8 @@ Pipeline the trainer runs::
 
 Other surrogates (``algo.loss``: GSPO, CISPO, ...) are modules of :mod:`agentrl.algo.surrogates`;
 :func:`surrogate_policy_loss` adds to any of them the IS weight, the KL term and the aggregation.
+On-policy distillation (``algo.distill``, :mod:`agentrl.algo.distill`) passes per-token
+advantages A_t [B, T] where GRPO passes A_i [B]; everything else is the same.
 
 Example (3 successes of 8, the worked example of docs/design.md, "The objective")::
 
@@ -411,14 +413,16 @@ def surrogate_policy_loss(
 
     and the metrics over this call's masked tokens. ``logprobs`` carries the gradient;
     old/ref log-probs, advantages and weights are treated as constants (detached). Shapes:
-    [B, T] except ``advantages`` [B].
+    [B, T] except ``advantages``: [B], one A_i per attempt, or [B, T], one A_t per token
+    (on-policy distillation, :func:`agentrl.algo.distill.distill_advantages`).
     """
     _check_same_2d(logprobs=logprobs, old_logprobs=old_logprobs, mask=mask,
                    is_weights=is_weights, ref_logprobs=ref_logprobs)
     _check_choice("agg", agg, AGG_MODES)
     _check_choice("kl_estimator", kl_estimator, KL_ESTIMATORS)
-    if tuple(advantages.shape) != (logprobs.shape[0],):
-        raise ValueError(f"advantages must be [B]={logprobs.shape[0]}, got {tuple(advantages.shape)}")
+    if tuple(advantages.shape) not in ((logprobs.shape[0],), tuple(logprobs.shape)):
+        raise ValueError(f"advantages must be [B]={logprobs.shape[0]} or [B, T]={tuple(logprobs.shape)}, "
+                         f"got {tuple(advantages.shape)}")
     tl = token_loss(logprobs, old_logprobs, advantages, mask)
     if kl_coef < 0:
         raise ValueError(f"kl_coef={kl_coef} must be >= 0")

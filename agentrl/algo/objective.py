@@ -4,8 +4,10 @@ the advantages, picks the attempts that enter the loss, computes the loss, and p
 Its settings are the ``algo:`` config section itself (:class:`agentrl.algo.settings.AlgoConfig`,
 which it extends). The surrogate is the one ``algo.loss`` names in the registry
 (:mod:`agentrl.algo.surrogates`: its loss, its keys, its printed line); the IS weight, KL,
-aggregation and filters around it are shared. The printed block comes from the same object that
-computes the loss, so the two cannot drift apart.
+aggregation and filters around it are shared. With ``algo.distill`` the advantage becomes per
+token (:mod:`agentrl.algo.distill`: a teacher's negative reverse KL, with or without A_i) and
+the same surrogate takes it. The printed block comes from the same object that computes the
+loss, so the two cannot drift apart.
 
 Example (the defaults: GRPO with population std, ε = 0.2, seq-mean-token-mean, no KL)::
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from agentrl.algo.distill import describe_distill, distill_advantages, reverse_kl_tokens, unread_distill_keys
 from agentrl.algo.filters import FilterResult, filter_attempts
 from agentrl.algo.grpo import (GroupAdvantages, PolicyLossOutput, group_advantages, surrogate_policy_loss,
                                truncated_is_weights)
@@ -71,6 +74,11 @@ class Objective(AlgoConfig):
         return self.kl_coef > 0
 
     @property
+    def uses_teacher(self) -> bool:
+        """Whether the advantage needs a teacher's log-probs (on-policy distillation)."""
+        return self.distill
+
+    @property
     def uses_is_weights(self) -> bool:
         return self.is_level != "none"
 
@@ -83,6 +91,16 @@ class Objective(AlgoConfig):
         return filter_attempts(adv, finish_reasons, has_void_turn, drop_zero_variance=self.drop_zero_variance,
                                mask_truncated=self.mask_truncated, drop_void_turns=self.drop_void_turns)
 
+    def token_advantages(self, advantages: Tensor, sampler_logprobs: Tensor, teacher_logprobs: Tensor,
+                         mask: Tensor) -> tuple[Tensor, Tensor]:
+        """On-policy distillation's per-token advantages A_t [B, T] from the attempts' A_i [B], and
+        the per-token reverse KL d_t [B, T] they were made from (the ``distill/reverse_kl`` metric):
+        ``A_t = [A_i +] distill_coef · (log π_T - log μ)(y_t)`` (:func:`distill_advantages`)."""
+        env = advantages if self.distill_reward else None
+        return (distill_advantages(sampler_logprobs, teacher_logprobs, mask, coef=self.distill_coef,
+                                   env_advantages=env),
+                reverse_kl_tokens(sampler_logprobs, teacher_logprobs, mask))
+
     def is_weights(self, old_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor) -> Tensor | None:
         """min(π_old/μ, C) per token [B, T], or None when the IS weight is off."""
         if not self.uses_is_weights:
@@ -94,6 +112,7 @@ class Objective(AlgoConfig):
                     ref_logprobs: Tensor | None = None) -> PolicyLossOutput:
         """The loss of one micro-batch, normalized by the whole batch's counts (``total_seqs``
         attempts, ``total_tokens`` trained tokens) so micro-batch gradients sum to the batch's.
+        ``advantages``: A_i [B], or A_t [B, T] with distillation (:meth:`token_advantages`).
         (Not ``loss``: that name is the ``algo.loss`` setting, the surrogate's name.)"""
         surrogate = self.surrogate
         return surrogate_policy_loss(
@@ -117,6 +136,7 @@ class Objective(AlgoConfig):
         isw = ("off (π_old is the sampler)" if not self.uses_is_weights
                else f"min(π_old/μ, {self.is_cap}) at {self.is_level} level")
         unread = self.unread_keys()  # another surrogate's keys, set: shown, so that no setting goes unseen
+        unread_distill = unread_distill_keys(self)  # distillation's, set while it is off: the same
         filters = [name for name, on in [
             ("drop zero-variance groups" + (" (refill batch)" if self.refill_batch else ""), self.drop_zero_variance),
             ("mask truncated attempts", self.mask_truncated),
@@ -127,6 +147,10 @@ class Objective(AlgoConfig):
             f" advantage   {adv}   std={self.std}, floor={self.std_floor} (zero-variance group -> A=0)",
             f" surrogate   {self.surrogate.describe(self)}",
             *([f" ignored     {', '.join(unread)} (not read by algo.loss={self.loss})"] if unread else []),
+            # printed only when on, so that the block of every config without distillation is unchanged
+            *([f" distill     {describe_distill(self)}"] if self.distill else []),
+            *([f" ignored     {', '.join(unread_distill)} (not read with algo.distill=false)"]
+              if unread_distill else []),
             f" aggregate   {norm}",
             f" KL          {kl}",
             f" IS weight   {isw}",

@@ -5,7 +5,8 @@ extends it, so the objective a run computes has exactly the settings a user can 
 The shared settings are declared here; each surrogate's own keys (``eps_low`` ... for
 ``clip``, ``gspo_eps_low`` ... for ``gspo``) are declared in its module under
 :mod:`agentrl.algo.surrogates` and inherited, so a new surrogate adds its keys without an
-edit here. tests/test_config.py checks that every field reaches the objective and its printed
+edit here; the keys of on-policy distillation (``distill`` ...) come last, from
+:mod:`agentrl.algo.distill`. tests/test_config.py checks that every field reaches the objective and its printed
 block.
 
 Torch-free on purpose: :mod:`agentrl.run.config` imports it without loading torch.
@@ -17,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from agentrl.algo.distill import DistillFields, distill_rules
 from agentrl.algo.surrogates import FIELD_CLASSES, SURROGATES, SurrogateName
 from agentrl.types import ConfigError
 
@@ -56,9 +58,9 @@ class SharedSettings:
     drop_void_turns: bool = False  # attempts with a void turn leave the loss (SimpleTIR)
 
 
-# Bases in reverse so that the fields come in order: the shared ones, then each surrogate's.
+# Bases in reverse so that the fields come in order: the shared ones, each surrogate's, distillation's.
 @dataclass(frozen=True)
-class AlgoConfig(*reversed(FIELD_CLASSES), SharedSettings):
+class AlgoConfig(DistillFields, *reversed(FIELD_CLASSES), SharedSettings):
     """The GRPO objective; the defaults are the ones in docs/design.md ("The objective") and docs/objectives.md."""
 
     def __post_init__(self) -> None:
@@ -75,7 +77,7 @@ class AlgoConfig(*reversed(FIELD_CLASSES), SharedSettings):
             ("is_cap", self.is_cap > 0, "> 0 (e.g. 2.0)"),
             ("max_refills", self.max_refills >= 0, ">= 0"),
         ]
-        rules += [rule for s in SURROGATES.values() for rule in s.rules(self)]
+        rules += [rule for s in SURROGATES.values() for rule in s.rules(self)] + distill_rules(self)
         for key, ok, valid in rules:
             if not ok:
                 raise ConfigError(f"algo.{key}={getattr(self, key)!r} is out of range: use {valid}")

@@ -1,7 +1,9 @@
 """One GRPO update on a batch of scored trajectories.
 
 rewards -> group advantages -> filters -> π_old (once) -> ``num_iterations`` passes of
-micro-batched clipped-surrogate updates. The loss of each micro-batch uses the batch's
+micro-batched clipped-surrogate updates. With on-policy distillation (``algo.distill``) a
+teacher scores the same micro-batches once, next to the reference, and its per-token advantages
+A_t replace A_i in every pass (agentrl.algo.distill). The loss of each micro-batch uses the batch's
 global normalizers (number of sequences, number of tokens), so summing micro-batch
 gradients gives exactly the full-batch gradient whatever the micro-batch size.
 
@@ -74,6 +76,9 @@ class UpdateStats:
     trained_attempts: int = 0  # in the loss (its normalizers count them)
     trained_tokens: int = 0
     skipped_attempts: int = 0  # of those, advantage 0 and no KL term: no forward, no backward
+    # algo.distill only: mean over trained tokens of d_t = log μ - log π_teacher (the sampled
+    # reverse KL, student to teacher); None (not logged) without distillation
+    distill_reverse_kl: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """The logged names of these figures (see :data:`UPDATE_METRICS`)."""
@@ -85,10 +90,11 @@ class UpdateStats:
             "is/weight_max": self.is_weight_max, "is/trunc_frac": self.is_trunc_frac,
             "train/attempts": float(self.trained_attempts), "train/tokens": float(self.trained_tokens),
             "train/skipped_zero_adv": float(self.skipped_attempts),
+            **({"distill/reverse_kl": self.distill_reverse_kl} if self.distill_reverse_kl is not None else {}),
         }
 
 
-# The metrics an update logs every step, whatever the objective's variant.
+# The metrics an update logs every step, whatever the objective's variant (distillation adds distill/reverse_kl).
 UPDATE_METRICS: tuple[str, ...] = tuple(UpdateStats().metrics())
 
 
@@ -177,17 +183,22 @@ def _full_norm(gn) -> float:
 
 
 def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list[bool], objective: Objective,
-                settings: UpdateSettings, ref_model=None) -> UpdateStats:
+                settings: UpdateSettings, ref_model=None, teacher_model=None) -> UpdateStats:
     """Apply ``settings.num_iterations`` optimizer steps of ``objective`` on the kept
-    trajectories; fill their ``old_logprobs``.
+    trajectories; fill their ``old_logprobs``. ``ref_model``: the KL term's reference (β > 0);
+    ``teacher_model``: the teacher of on-policy distillation (``objective.uses_teacher``), both
+    frozen and only scored (a forward per micro-batch, once per step, no sampling).
 
     Under torchrun, ``trajs`` are this rank's; every rank must call this (collectively).
     """
+    if objective.uses_teacher and teacher_model is None:
+        raise ValueError("algo.distill needs the teacher's log-probs: pass teacher_model=")
     stats = UpdateStats()
     kept = [trajs[i] for i, k in enumerate(keep) if k and sum(trajs[i].loss_mask) > 0]
     # With no KL term an attempt of advantage 0 has loss 0 at every token, so exactly zero
     # gradient: it stays in the normalizers (the objective's counts) but not in the passes.
-    skip = settings.skip_zero_advantage and not objective.uses_reference
+    # Not under distillation: there A_t = [A_i +] coef·(log π_T - log μ) is not 0 when A_i is.
+    skip = settings.skip_zero_advantage and not objective.uses_reference and not objective.uses_teacher
     rows = [t for t in kept if not skip or (t.advantage or 0.0) != 0.0]
     plan = plan_micro_batches([len(t.token_ids) for t in rows], settings.micro_batch_tokens,
                               [t.group_id for t in rows] if settings.share_prefix else None) if rows else []
@@ -208,12 +219,21 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     # (detached) log-probs are π_old exactly, so the extra forward is skipped.
     old: list[torch.Tensor | None] = [None] * len(batches)
     ref: list[torch.Tensor | None] = [None] * len(batches)
+    # the advantage of each micro-batch: A_i per row, or distillation's A_t per token (fixed
+    # across the iterations: it is made of the sampler's and the teacher's log-probs)
+    advs = [adv_all[mb.indices] if mb.indices else torch.zeros(mb.input_ids.shape[0]) for mb in batches]
+    rkl_sum = 0.0
     with torch.no_grad():
         for b, mb in enumerate(batches):
             if settings.num_iterations > 1:
                 old[b] = score_tokens(model, mb, temperature, settings.autocast, settings.share_prefix)[0]
             if ref_model is not None and objective.uses_reference:
                 ref[b] = score_tokens(ref_model, mb, temperature, settings.autocast, settings.share_prefix)[0]
+            if objective.uses_teacher:
+                teacher = score_tokens(teacher_model, mb, temperature, settings.autocast, settings.share_prefix)[0]
+                advs[b], rkl = objective.token_advantages(advs[b].to(teacher.device), mb.sampler_logprobs, teacher,
+                                                          mb.loss_mask)
+                rkl_sum += float(rkl.sum())
 
     first = _FirstPass()
     for it in range(settings.num_iterations):
@@ -229,9 +249,8 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
             if old[b] is None:
                 old[b] = lp.detach()
             isw = objective.is_weights(old[b], mb.sampler_logprobs, mb.loss_mask)
-            out = objective.policy_loss(lp, old[b], adv_all[mb.indices] if mb.indices else torch.zeros(lp.shape[0]),
-                                        mb.loss_mask, total_seqs=total_seqs, total_tokens=total_tokens,
-                                        is_weights=isw, ref_logprobs=ref[b])
+            out = objective.policy_loss(lp, old[b], advs[b], mb.loss_mask, total_seqs=total_seqs,
+                                        total_tokens=total_tokens, is_weights=isw, ref_logprobs=ref[b])
             out.loss.backward()
             ntok = float(mb.loss_mask.sum())
             loss_sum += float(out.loss.detach())
@@ -266,6 +285,8 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     stats.mismatch_max = max_floats([first.mismatch_max])[0]
     stats.entropy, stats.clip_frac, stats.kl = ent / seen_tokens, clip / seen_tokens, kl / seen_tokens
     stats.mismatch_mean = mis / seen_tokens
+    if objective.uses_teacher:  # nothing is skipped under distillation: the mean of every trained token
+        stats.distill_reverse_kl = sum_floats([rkl_sum])[0] / seen_tokens
     if objective.uses_is_weights and int(seen_f):
         stats.is_weight_mean = isw_sum / seen_tokens
         stats.is_trunc_frac = trunc / seen_tokens

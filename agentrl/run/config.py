@@ -24,6 +24,7 @@ import yaml
 from agentrl.algo.settings import AlgoConfig  # the algo section, defined once with Objective
 from agentrl.rollout.agent_runner import AgentSettings
 from agentrl.rollout.base import RolloutConfig
+from agentrl.run.alarms import AlarmsConfig  # the alarms section, defined with the rules
 from agentrl.scale.config import LoRAConfig, ParallelConfig  # noqa: F401  (sections of Config)
 from agentrl.types import ConfigError  # noqa: F401  (raised here; importable from here)
 
@@ -42,6 +43,10 @@ class ModelConfig:
     # file is converted once into a cached HF directory (agentrl.models.gguf)
     path: str = "tiny"
     gguf_file: str | None = None  # a GGUF file inside the directory model.path (converted like a .gguf path)
+    # the teacher of on-policy distillation (algo.distill): a model directory, a training checkpoint
+    # (its model/), a hub name or a shortcut (tiny, smollm2, a .gguf file) as for model.path; it must
+    # have the student's tokenizer. Loaded frozen, scored like the KL reference, never sampled
+    teacher_path: str | None = None
     template: str | None = None  # chat template: name in agentrl/templates, file, or None = tokenizer's
     # how the model writes tool calls: a name in agentrl.chat.formats (hermes, qwen_xml, harmony, ...);
     # None = detected by rendering a known call through the template (an error when unsure)
@@ -224,6 +229,7 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     agent: AgentSettings = field(default_factory=AgentSettings)  # environments whose agent is OpenAI-API code
+    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)  # docs/alarms.md
 
     @property
     def run_dir(self) -> Path:

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from agentrl.algo.objective import Objective
 from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
-from agentrl.run.build import build_runtime, load_model_and_tokenizer, make_env, resolve_model_path
+from agentrl.run.build import build_runtime, make_env, resolve_model_path
 from agentrl.run.checkpoint import TrainState, load_checkpoint_state, save_checkpoint
 from agentrl.run.collect import collect_step, draw_tasks, step_metrics
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
@@ -40,8 +40,9 @@ from agentrl.run.producer import RolloutProducer, batch_metrics, describe_async,
 from agentrl.scale import distributed as dist
 from agentrl.run.checkpoint_dcp import (is_sharded, load_sharded_checkpoint, load_unsharded_into_sharded,
                                           save_sharded_checkpoint)
-from agentrl.scale.parallel import AdapterDisabledReference, describe_plan, prepare_reference, resolve_plan
+from agentrl.scale.parallel import describe_plan, resolve_plan
 from agentrl.run.rank_merge import StepShard, merge_eval_results, merge_step_shards
+from agentrl.run.reference import build_reference, build_teacher, check_distill
 from agentrl.run.retry import InfraStopError, RetryPolicy, stop_on_infra_failures
 from agentrl.run.resume import find_resume_checkpoint
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
@@ -91,6 +92,7 @@ class Trainer:
         cfg, self._is_defaulted = resolve_async(cfg, world)
         self.cfg = cfg
         self.objective = Objective.from_config(cfg)  # what the update optimizes and the run prints
+        self._teacher_note = check_distill(cfg)  # algo.distill without a teacher: refused before anything loads
         self.producer: RolloutProducer | None = None  # the rollout thread (max_staleness > 0)
         # True when that thread drives the trainer's own engine (vLLM: one engine per process)
         self._producer_owns_engine = False
@@ -128,14 +130,14 @@ class Trainer:
                                shared=not self.plan.fsdp and (caps.shares_trainer_weights or not self.plan.lora))
 
     def _build_reference(self, ckpt: Path | None) -> None:
-        """The frozen reference model of the KL term (None when β = 0)."""
-        self.ref_model = None
-        if self.objective.uses_reference and self.plan.lora:  # the base model, adapter off: no second copy
-            self.ref_model = AdapterDisabledReference(self.model)
-        elif self.objective.uses_reference:  # the reference is the policy at step 0, frozen
-            base = self._base_model_path() if ckpt else self.model_path
-            ref = load_model_and_tokenizer(base, "cpu" if self.plan.fsdp else self.dist.device)[0]
-            self.ref_model = prepare_reference(ref, self.plan, self.dist.device)
+        """The frozen models the update scores (agentrl.run.reference): the KL term's reference, the
+        policy at step 0 (None when β = 0), and the distillation teacher (None without algo.distill)."""
+        base = self._base_model_path if ckpt else (lambda: self.model_path)
+        self.ref_model = build_reference(self.objective, self.plan, self.model, base, self.dist.device)
+        self.teacher_model = build_teacher(self.cfg, self.plan, self.tokenizer, self.model, self.dist.device,
+                                           self.main, self.log)
+        if self._teacher_note:
+            self.log(self._teacher_note)
 
     def _load_tasks(self) -> None:
         self.train_tasks: list[Task] = self.env.tasks("train")
@@ -263,7 +265,7 @@ class Trainer:
                 t.trained.filtered = True
         t1 = time.perf_counter()
         st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
-                         self.update_settings, ref_model=self.ref_model)
+                         self.update_settings, ref_model=self.ref_model, teacher_model=self.teacher_model)
         if self._producer_owns_engine:  # the rollout thread pushes published weights itself
             self.version += 1
         else:

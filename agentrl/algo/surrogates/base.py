@@ -12,7 +12,12 @@ Numerical rules every surrogate keeps (tests/test_surrogates.py checks them): ma
 are selected away with ``torch.where`` before any ``exp`` and every per-token log-ratio is
 clamped to ±:data:`LOG_RATIO_CLAMP` first, so inf or NaN at untrained positions never reach the
 loss or its gradient; and an attempt with A_i = 0 gets loss 0 and gradient 0 at every token
-(the update skips such attempts when there is no KL term, agentrl/algo/update.py).
+(the update skips such attempts when there is no KL term and no distillation, agentrl/algo/update.py).
+
+The advantages are per attempt, A_i [B], or per token, A_t [B, T] (on-policy distillation,
+:mod:`agentrl.algo.distill`); :func:`row_advantages` gives either the shape that broadcasts. A
+surrogate that cannot take per-token advantages says so (``token_advantages = False``) and the
+config refuses ``algo.distill`` with it.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ class Surrogate:
     agg_reason: ClassVar[str] = ""  # why the others are refused
     is_levels: ClassVar[tuple[str, ...]] = IS_SETTINGS  # the algo.is_level values it combines with
     is_reason: ClassVar[str] = ""
+    # whether it takes per-token advantages A_t [B, T] (algo.distill), and if not why and what instead
+    token_advantages: ClassVar[bool] = True
+    token_reason: ClassVar[str] = ""
 
     def describe(self, cfg: Any) -> str:
         """The text of the printed block's ``surrogate`` line (``cfg``: the AlgoConfig)."""
@@ -87,6 +95,8 @@ class Surrogate:
             return (f"algo.is_level={cfg.is_level!r} does not combine with algo.loss={self.name}: {self.is_reason}; "
                     f"set algo.is_level to one of {', '.join(self.is_levels)} (a run with train.max_staleness > 0 "
                     "defaults it to token, so set it there too)")
+        if getattr(cfg, "distill", False) and not self.token_advantages:
+            return f"algo.distill=true does not combine with algo.loss={self.name}: {self.token_reason}"
         return None
 
 
@@ -104,8 +114,15 @@ def masked_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> tu
 
 
 def row_advantages(advantages: Tensor, like: Tensor) -> Tensor:
-    """A_i as a detached [B, 1] column in the dtype of ``like`` (a constant of the loss)."""
-    return advantages.detach().to(like.dtype)[:, None]
+    """The advantages as a detached constant of the loss, on the device and in the dtype of ``like`` [B, T]: per
+    attempt A_i [B] as a [B, 1] column (it broadcasts over the tokens), per token A_t [B, T]
+    (on-policy distillation, agentrl.algo.distill) as it is."""
+    adv = advantages.detach().to(device=like.device, dtype=like.dtype)  # the update's A_i are made on the CPU
+    if adv.dim() == 1 and adv.shape[0] == like.shape[0]:
+        return adv[:, None]
+    if tuple(adv.shape) == tuple(like.shape):
+        return adv
+    raise ValueError(f"advantages must be [B]={like.shape[0]} or [B, T]={tuple(like.shape)}, got {tuple(adv.shape)}")
 
 
 def check_eps(eps_low: float, eps_high: float, *, low_below_one: bool) -> None:

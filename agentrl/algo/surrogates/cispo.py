@@ -50,7 +50,7 @@ class CispoFields:
 def cispo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
                eps_low: float = 1.0, eps_high: float = 3.0) -> TokenLoss:
     """``L_t = -sg(clip(ρ_t, 1 - eps_low, 1 + eps_high)) A_i log π_θ(y_t)``. Shapes [B, T],
-    ``advantages`` [B]; 0 where the mask is 0."""
+    ``advantages`` [B] (A_i) or [B, T] (A_t); 0 where the mask is 0."""
     import torch
 
     check_eps(eps_low, eps_high, low_below_one=False)  # eps_low >= 1: the floor is <= 0, no bound

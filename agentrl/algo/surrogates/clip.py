@@ -44,7 +44,7 @@ class ClipFields:
 def clip_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
               eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None) -> TokenLoss:
     """``L_t = -min(ρ A, clip(ρ, 1 - eps_low, 1 + eps_high) A)``, then ``min(L_t, -c A)`` for
-    A < 0 when ``dual_clip = c``. Shapes [B, T], ``advantages`` [B]; the gradient flows
+    A < 0 when ``dual_clip = c``. Shapes [B, T], ``advantages`` [B] (A_i) or [B, T] (A_t); the gradient flows
     through ``logprobs`` only. (This is the computation ``policy_loss`` always made, op for op.)"""
     import torch
 

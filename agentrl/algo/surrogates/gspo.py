@@ -14,7 +14,10 @@ in Equation (5) to 3e-4 and 4e-4, respectively"), the defaults of ``algo.gspo_ep
 Combines with: the KL term (added per token, so the loss is 1/G Σ_i (L_i + β·mean_t KL_t)), the
 IS weight at sequence level (w_i multiplies L_i) and every filter. Refused: ``algo.agg`` other
 than seq-mean-token-mean (the objective is a mean over attempts; token-mean would weight each
-by its length) and ``algo.is_level: token`` (the ratio being corrected is a sequence's).
+by its length), ``algo.is_level: token`` (the ratio being corrected is a sequence's) and
+``algo.distill`` (its per-token advantages have no place in L_i, one term per attempt: averaging
+them to one A_i would throw away which token the teacher disagreed with; GSPO-token, the paper's
+per-token form, takes them).
 
 The sequence is one trajectory row: a split attempt's segments each have their own s_i, as
 they count as attempts in G (docs/objectives.md).
@@ -60,13 +63,18 @@ def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> 
 def gspo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
               eps_low: float = 3e-4, eps_high: float = 4e-4) -> TokenLoss:
     """``L_i = -min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)`` on each trained token
-    of attempt i (so seq-mean-token-mean gives 1/G Σ_i L_i). Shapes [B, T], ``advantages`` [B]."""
+    of attempt i (so seq-mean-token-mean gives 1/G Σ_i L_i). Shapes [B, T], ``advantages`` [B]:
+    one per attempt, as s_i is (per-token advantages are GSPO-token's, :mod:`.gspo_token`)."""
     import torch
+
+    if advantages.dim() != 1:
+        raise ValueError(f"GSPO's advantages are one per attempt, [B]; got {tuple(advantages.shape)} "
+                         "(per-token advantages: gspo_token_loss)")
 
     check_eps(eps_low, eps_high, low_below_one=False)  # s_i > 0: a lower bound <= 0 just never binds
     m, d, log_s = sequence_log_ratio(logprobs, old_logprobs, mask)
     s = torch.exp(log_s)
-    adv = advantages.detach().to(logprobs.dtype)
+    adv = advantages.detach().to(device=logprobs.device, dtype=logprobs.dtype)
     unclipped, clipped = -s * adv, -s.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
     seq_loss = torch.maximum(unclipped, clipped)
     per_token = torch.where(m, seq_loss[:, None].expand_as(logprobs), torch.zeros_like(logprobs))
@@ -81,6 +89,10 @@ class Gspo(Surrogate):
     agg_reason = "GSPO's loss is 1/G Σ_i L_i, a mean over attempts (Zheng et al. 2025)"
     is_levels = ("none", "sequence")
     is_reason = "its ratio is a sequence's, so the sampler correction is too"
+    token_advantages = False
+    token_reason = ("GSPO's loss L_i = -min(s_i A_i, clip(s_i)A_i) has one advantage per attempt, and distillation's "
+                    "is per token; set algo.loss=gspo_token, GSPO's ratio carried per token, which takes per-token "
+                    "advantages (Zheng et al. 2025), or algo.loss=clip")
 
     def describe(self, cfg: Any) -> str:
         return (f"L_t = L_i = -min(s_i A, clip(s_i, 1-{cfg.gspo_eps_low}, 1+{cfg.gspo_eps_high})A),  "

@@ -7,13 +7,17 @@ can be written with it. With sg the stop-gradient and s_i GSPO's sequence ratio:
     L_it = -min(s_it A_i, clip(s_it, 1 - ε_low, 1 + ε_high) A_i)
     loss = (1/G) Σ_i (1/|y_i|) Σ_t L_it                  (seq-mean-token-mean)
 
-Its value and gradient equal GSPO's when A is constant within an attempt, which it always is
-here (one A_i per attempt; tests/test_surrogates.py checks the equality). It reads GSPO's keys
-``algo.gspo_eps_low`` / ``algo.gspo_eps_high`` (3e-4 / 4e-4).
+Its value and gradient equal GSPO's when A is constant within an attempt, as it is without
+distillation (one A_i per attempt; tests/test_surrogates.py checks the equality). It reads GSPO's
+keys ``algo.gspo_eps_low`` / ``algo.gspo_eps_high`` (3e-4 / 4e-4).
+
+Per-token advantages A_it (``algo.distill``) are what the paper wrote GSPO-token for: L_it takes
+A_it in place of A_i, so the gradient is -s_i A_it ∇log π_θ(y_it) where unclipped (the sequence's
+ratio, each token's advantage); the clip still acts on s_i, per token by the sign of A_it.
 
 Combines with: the KL term, the IS weight at token or sequence level (a per-token factor of a
-per-token loss) and every filter. Refused: ``algo.agg`` other than seq-mean-token-mean (the
-paper's form, and the one where the gradient is GSPO's).
+per-token loss), per-token advantages (``algo.distill``) and every filter. Refused: ``algo.agg``
+other than seq-mean-token-mean (the paper's form, and the one where the gradient is GSPO's).
 
 Metrics: ``clip_frac`` is the share of trained tokens whose s_it is clipped (all tokens of a
 clipped attempt, as with GSPO).
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
 def gspo_token_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
                     eps_low: float = 3e-4, eps_high: float = 4e-4) -> TokenLoss:
     """``L_it = -min(s_it A_i, clip(s_it, 1 - eps_low, 1 + eps_high) A_i)`` with
-    ``s_it = sg[s_i] · π_θ(y_it)/sg[π_θ(y_it)]``. Shapes [B, T], ``advantages`` [B]."""
+    ``s_it = sg[s_i] · π_θ(y_it)/sg[π_θ(y_it)]``. Shapes [B, T], ``advantages`` [B] (A_i) or [B, T] (A_it)."""
     import torch
 
     check_eps(eps_low, eps_high, low_below_one=False)

@@ -48,7 +48,7 @@ class SapoFields:
 def sapo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
               tau_pos: float = 1.0, tau_neg: float = 1.05) -> TokenLoss:
     """``L_t = -σ(τ(ρ_t - 1)) · 4/τ · A_i`` with τ by the sign of A_i. Shapes [B, T],
-    ``advantages`` [B]."""
+    ``advantages`` [B] (A_i) or [B, T] (A_t, τ then by the sign of each A_t)."""
     import torch
 
     if not (tau_pos > 0 and tau_neg > 0):
