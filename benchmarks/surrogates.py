@@ -5,7 +5,8 @@ Each run is ``agentrl train CONFIG algo.loss=L seed=S [overrides]`` in a fresh i
 the example's one optimizer step per batch (``train.num_iterations=1``) π_θ = π_old in the
 update, so every ratio is 1: ``clip``, ``gspo``, ``gspo_token`` and ``sapo`` then have the same
 gradient (the plain policy gradient, sequence-mean token-mean), and only ``cispo`` (token-mean)
-differs. ``train.num_iterations=4`` lets the ratios move, where the surrogates part.
+differs (it runs with the paper's ``algo.agg=token-mean``). ``train.num_iterations=4`` lets the
+ratios move, where the surrogates part.
 
     python benchmarks/surrogates.py --seeds 0 1 2                            # the example as is
     python benchmarks/surrogates.py --seeds 0 train.num_iterations=4         # off-policy passes
@@ -25,11 +26,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOSSES = ("clip", "gspo", "gspo_token", "cispo", "sapo")
+# each surrogate as its paper aggregates it (the others keep GRPO's seq-mean-token-mean)
+PAPER_SETTINGS = {"cispo": ["algo.agg=token-mean"]}
 
 
 def run(config: str, loss: str, seed: int, out: Path, extra: list[str]) -> float:
     cmd = [sys.executable, "-m", "agentrl", "train", config, f"output_dir={out}", f"seed={seed}", f"algo.loss={loss}",
-           *extra]
+           *PAPER_SETTINGS.get(loss, []), *extra]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"},
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
