@@ -2,8 +2,10 @@
 
 Printed by ``agentrl train`` when a run ends: held-out accuracy per task family at the first
 and last evaluation, the training reward, the groups with signal, tool use, where the time
-went, the infrastructure failures (when there were any), warnings for a run that cannot have learned (no group with signal, every tool call
-failing, accuracy that never moved), and the commands to look further.
+went, the infrastructure failures (when there were any), the health alarms that fired (the
+``alarm/<name>`` keys, agentrl/run/alarms.py), warnings for a run that cannot have learned (no
+group with signal, every tool call failing, accuracy that never moved), and the commands to look
+further.
 
     >>> rows = [{"step": 0, "eval/accuracy": 0.0, "eval/accuracy/add": 0.0},
     ...         {"step": 1, "reward/mean": 0.25, "groups/with_signal": 3.0, "tools/calls_per_traj": 0.5,
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl.run.alarms import ALARMS
 from agentrl.run.metrics import read_metrics
 
 _RULE = "─" * 60
@@ -46,6 +49,7 @@ def summarize(rows: list[dict], run_dir: Path | str) -> str:
     lines = ["── run summary " + "─" * 45]
     lines += _accuracy(evals)
     lines += _training(steps)
+    lines += [f" {'alarm':<20} {a}" for a in alarms(rows)]
     lines += [f" {'warning':<20} {w}" for w in warnings(evals, steps, run_dir)]
     lines += [f" {'next':<20} agentrl inspect {run_dir} --step last",
               f" {'':<20} agentrl inspect {run_dir} --html {Path(run_dir) / 'inspect.html'}",
@@ -101,6 +105,21 @@ def _infrastructure(steps: list[dict]) -> list[str]:
     top = ", ".join(f"{c} {n:.0f}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1])[:4])
     return [f" {'infrastructure':<20} {failed:.0f} failed tries ({top}): {total['retried']:.0f} retried, "
             f"{total['excluded']:.0f} attempts excluded, {total['groups_dropped']:.0f} groups dropped"]
+
+
+def alarms(rows: list[dict]) -> list[str]:
+    """One line per alarm that fired (an ``alarm/<name>`` key in a row), with its steps.
+
+    >>> alarms([{"step": 3, "alarm/no_signal": 1.0}, {"step": 4}, {"step": 9, "alarm/no_signal": 1.0}])
+    ['no_signal at steps 3, 9: no group with signal (nothing to learn from); docs/alarms.md']
+    """
+    steps: dict[str, list[int]] = {}
+    for r in rows:
+        for k, v in r.items():
+            if k.startswith("alarm/") and v:
+                steps.setdefault(k.removeprefix("alarm/"), []).append(int(r["step"]))
+    return [f"{name} at step{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}: "
+            f"{ALARMS.get(name, 'see the console')}; docs/alarms.md" for name, at in steps.items()]
 
 
 def warnings(evals: list[dict], steps: list[dict], run_dir: Path | str = "RUN") -> list[str]:
