@@ -43,6 +43,7 @@ from agentrl.run.checkpoint_dcp import (is_sharded, load_sharded_checkpoint, loa
 from agentrl.scale.parallel import describe_plan, resolve_plan
 from agentrl.run.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.run.reference import build_reference, build_teacher, check_distill
+from agentrl.run.alarms import AlarmMonitor, AlarmStop
 from agentrl.run.retry import InfraStopError, RetryPolicy, stop_on_infra_failures
 from agentrl.run.resume import find_resume_checkpoint
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
@@ -180,6 +181,10 @@ class Trainer:
             save_config(self.cfg, self.run_dir / "config.yaml")
             self.tokenizer.save_pretrained(self.run_dir / "tokenizer")  # lets `agentrl inspect` decode ids
             self.metrics = MetricsWriter(self.run_dir)
+        # health alarms (docs/alarms.md): their history starts from metrics.jsonl, so a resumed
+        # run does not fire again what was already firing
+        self.alarms = AlarmMonitor(self.cfg.alarms, self.log, self.run_dir / "metrics.jsonl")
+        self.step_trajectories: list[Trajectory] = []  # the last step's, merged: alarms quote them
 
     def _base_model_path(self) -> str:
         """The step-0 policy; rank 0 builds any cached artifact (tiny model, warm start) first."""
@@ -283,6 +288,7 @@ class Trainer:
         if shards is None:
             return {}
         shard = merge_step_shards(shards)
+        self.step_trajectories = shard.trajectories
         self._write_rollouts(step, shard.trajectories)
         m = step_metrics(shard, st, self.scheduler.get_last_lr()[0], self.version)
         m.update({"time/rollout": shard.time_rollout, "time/tools": shard.time_tools,
@@ -363,16 +369,23 @@ class Trainer:
                     if res is not None:
                         m.update(res.metrics())
                         final = res.accuracy
+                fired = []
                 if self.main:
+                    fired = self.alarms.step(step, m, self.step_trajectories)
                     self.metrics.log(step, m)
                     bar.set_postfix(reward=f"{m['reward/mean']:.2f}", step_s=f"{m['time/step']:.1f}",
                                     **({"eval": f"{final:.2f}"} if final is not None else {}))
+                self.alarms.stop_if_asked(dist.broadcast_from_main(fired))  # alarms.on_alarm=stop
                 if step % max(1, cfg.train.checkpoint_every) == 0 or is_last:
                     self._checkpoint()
                 if self.main:
                     plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "plots" / "curves.png", cfg.name)
         except InfraStopError:  # the step changed nothing: its starting state is a clean resume point
             if self.dist.world_size == 1 and self.state.step > 0:
+                self._checkpoint()
+            raise
+        except AlarmStop:  # every rank stops at the same step (the decision is broadcast)
+            if self.state.step > 0:
                 self._checkpoint()
             raise
         except KeyboardInterrupt:
