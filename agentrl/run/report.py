@@ -125,7 +125,8 @@ def alarms(rows: list[dict]) -> list[str]:
 def warnings(evals: list[dict], steps: list[dict], run_dir: Path | str = "RUN") -> list[str]:
     """Signs that a run cannot have learned, each with what to do."""
     out = []
-    if steps and all(r.get("groups/with_signal", 0.0) == 0 for r in steps):
+    distilled = any("distill/reverse_kl" in r for r in steps)  # a teacher's signal needs no group
+    if steps and not distilled and all(r.get("groups/with_signal", 0.0) == 0 for r in steps):
         out.append("no group had signal in any step: all G attempts of every task got the same reward, so "
                    "GRPO had nothing to learn from (loss 0). A model that never succeeds needs demonstrations "
                    "and a warm start (docs/custom_env.md); one that always succeeds, harder tasks")

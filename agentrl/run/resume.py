@@ -9,7 +9,8 @@ A resume may change only the keys of :data:`RESUMABLE`, which change neither the
 nor the data: ``train.steps`` (extend a run, or stop it earlier, never before its last
 checkpoint), ``train.checkpoint_every``, ``train.keep_checkpoints``, ``train.log_rollouts``,
 ``train.micro_batch_tokens`` (memory; the same update up to float order) and
-``model.num_threads`` (speed). ``resume`` and ``output_dir`` only locate the run. Any other
+``model.num_threads`` (speed), ``alarms.on_alarm`` and ``alarms.disable`` (go on after an
+alarm stopped the run). ``resume`` and ``output_dir`` only locate the run. Any other
 override that changes a setting stops with one :class:`ConfigError` naming it; start a new
 run (another ``output_dir``) to change those. An allowed change is printed, written to the
 run's ``config.yaml`` and appended to ``resume.log`` in the run directory.
@@ -33,6 +34,8 @@ RESUMABLE: dict[str, str] = {
     "train.log_rollouts": "whether step rollouts are written",
     "train.micro_batch_tokens": "memory per forward (the same update up to float order)",
     "model.num_threads": "CPU threads (speed only)",
+    "alarms.on_alarm": "whether an alarm stops the run (go on after alarms.on_alarm=stop)",
+    "alarms.disable": "alarms not checked",
 }
 LOCATING = ("resume", "output_dir")  # find the run; never change what it computes
 
