@@ -26,10 +26,11 @@ from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
 from agentrl.rollout import RolloutConfig, RolloutRunner  # noqa: E402
 from agentrl.run.scoring import score_all  # noqa: E402
 from agentrl.rollout.agent_runner import AgentRunner, AgentSettings, agent_metrics  # noqa: E402
+from agentrl.serve.protocol import parse_messages as parse_request_messages  # noqa: E402
 from agentrl.serve.server import EndpointServer  # noqa: E402
 from agentrl.serve.service import AttemptBudget, ChatService  # noqa: E402
 from agentrl.toolbox import ToolBox, tool  # noqa: E402
-from agentrl.types import Message, Task, Trajectory  # noqa: E402
+from agentrl.types import Message, Task, ToolCall, Trajectory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEM = "Use the python tool, then reply <answer>N</answer>."
@@ -267,11 +268,13 @@ def test_agents_that_fail_get_reward_zero_and_the_batch_goes_on(scripted, tok):
     batch = runner.run(tasks, 1)
     assert time.monotonic() - start < 20
     by = {t.task_id: t for t in batch.trajectories}
-    assert set(by) == {"ok", "boom-late", "slow"}  # the early failure sampled nothing
+    assert set(by) == {"ok", "boom-late", "boom-early", "slow"}  # the early failure is recorded too
     assert by["ok"].reward is None and by["ok"].agent.error is None
     assert by["boom-late"].reward == 0.0 and "the agent broke" in by["boom-late"].agent.error
+    assert by["boom-early"].reward == 0.0 and by["boom-early"].agent.error == "ValueError: before any request"
+    assert by["boom-early"].token_ids == [] and by["boom-early"].failure is None
     assert by["slow"].reward == 0.0 and by["slow"].agent.error.startswith("timeout")
-    assert agent_metrics(batch.trajectories)["agent/errors"] == pytest.approx(2 / 3)
+    assert agent_metrics(batch.trajectories)["agent/errors"] == pytest.approx(3 / 4)
 
 
 def test_64_concurrent_agents_each_get_their_own_trajectory(hf_engine, tok):
@@ -387,3 +390,228 @@ def test_streaming_gives_the_same_tool_call_and_the_same_capture(scripted, tok):
                                                     policy_version=0)
     got.check()
     assert [s.kind for s in got.spans] == ["prompt", "model", "template", "tool", "template", "model"]
+
+
+CALLING = "\nCalling tools:\n[{'id': 'call_1', 'type': 'function', 'function': {'name': 'python_interpreter', " \
+          "'arguments': 'print(6*7)'}}]"
+
+
+def _smolagents_service(tok):
+    """A code agent's script: a code block ended by the stop string, then the answer once the
+    prompt holds an observation."""
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def script(prompt: list[int], _turn: int) -> list[int]:
+        if "Observation:" in tok.decode(prompt):
+            return tok.encode("Thought: it printed 42.\n<answer>42</answer>", add_special_tokens=False) + [end]
+        return tok.encode("Thought: compute it.\nCode:\n```py\nprint(6*7)\n```<end_code> and then more",
+                          add_special_tokens=False) + [end]
+
+    return ChatService(PerRequestScriptedEngine(script, tokenizer=tok), ChatTemplate(tok), budget())
+
+
+def test_a_history_that_resends_the_turn_as_text_with_user_observations_stays_one_segment(tok):
+    """smolagents' CodeAgent, by hand: it stops on <end_code>, re-sends the model's turn as text
+    (the stop string put back, "Calling tools: [...]" appended) and the result as a user
+    "Observation:" message. The rendering still starts with what the model was given and
+    sampled, so the attempt stays one segment; the observation is a prompt span, never tool."""
+    service = _smolagents_service(tok)
+    key = service.open_attempt(budget())
+    stop = ["<end_code>", "Observation:", "Calling tools:"]
+    messages = [{"role": "system", "content": "Solve with code."}, {"role": "user", "content": "What is 6*7?"}]
+    with EndpointServer(service) as server:
+        client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+        first = client.chat.completions.create(model="m", messages=messages, stop=stop).choices[0].message.content
+        assert first == "Thought: compute it.\nCode:\n```py\nprint(6*7)\n```"
+        messages += [{"role": "assistant", "content": [{"type": "text", "text": first + "<end_code>" + CALLING}]},
+                     {"role": "user", "content": [{"type": "text", "text": "Observation:\nExecution logs:\n42\n"}]}]
+        answer = client.chat.completions.create(model="m", messages=messages, stop=stop).choices[0].message.content
+    assert answer == "Thought: it printed 42.\n<answer>42</answer>"
+    cap = service.close_attempt(key)
+    assert (len(cap.segments), cap.splits, cap.segments[0].turns) == (1, 0, 2)
+    [t] = cap.trajectories(group_id="g", sample_index=0, task_id="t", family="f", policy_version=0)
+    t.check()
+    assert [s.kind for s in t.spans] == ["prompt", "model", "template", "prompt", "template", "model"]
+    observation = t.spans[3]
+    assert tok.decode(t.token_ids[observation.start:observation.end]) == "Observation:\nExecution logs:\n42\n"
+    assert CALLING in tok.decode(t.token_ids[t.spans[2].start:t.spans[2].end])
+    # the engine was given exactly the rendering of the agent's second request
+    second = parse_request_messages(messages)
+    rendered = ChatTemplate(tok).render(second, None, add_generation_prompt=True)
+    assert tok.decode(t.token_ids[: t.spans[5].start]) == rendered
+    assert t.messages[-1].content == answer and len(t.messages) == 5
+
+
+def test_a_rewritten_model_turn_still_splits_and_user_followups_are_prompt_spans(scripted, tok):
+    """smolagents' ToolCallingAgent re-sends the model's structured call as "Calling tools:"
+    text: not the turn that was sampled, so a new segment starts. A plain follow-up user
+    message extends the segment as a prompt span."""
+    service, server = scripted
+    key = service.open_attempt(budget())
+    client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 6*7?"}]
+    r = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    assert r.choices[0].message.tool_calls
+    rewritten = messages + [{"role": "assistant", "content": CALLING.strip()},
+                            {"role": "user", "content": "Observation:\n42"}]
+    client.chat.completions.create(model="m", messages=rewritten, tools=TOOLS)
+    cap = service.close_attempt(key)
+    assert (len(cap.segments), cap.splits) == (2, 1)
+
+    key = service.open_attempt(budget())
+    client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": "hi"}]
+    r = client.chat.completions.create(model="m", messages=messages)
+    messages += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "sure?"}]
+    client.chat.completions.create(model="m", messages=messages)
+    [t] = service.close_attempt(key).trajectories(group_id="g", sample_index=0, task_id="t", family="f",
+                                                  policy_version=0)
+    assert [s.kind for s in t.spans] == ["prompt", "model", "template", "prompt", "template", "model"]
+
+
+# -- forced tool calls (tool_choice "required" or a named function) ------------------------------
+
+ADD = [{"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]
+NAMED = {"type": "function", "function": {"name": "add"}}
+
+
+def _forced_turn(service, key, server, tools, choice, messages=None):
+    client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+    return client.chat.completions.create(model="m", messages=messages or [{"role": "user", "content": "2+3?"}],
+                                          tools=tools, tool_choice=choice)
+
+
+def test_a_forced_call_is_written_not_sampled_and_the_attempt_goes_on(tok):
+    """hermes (the tiny model): tool_choice names `add`, so the template's call opening through
+    `"arguments": ` is written into the turn (mask 0, a template span) and the model samples the
+    rest; the call round-trips into one segment. "required" stops before the name; "none"
+    leaves a call the model writes as text."""
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def script(prompt: list[int], _turn: int) -> list[int]:
+        text = tok.decode(prompt)
+        if "<tool_response>" in text:
+            return tok.encode("<answer>5</answer>", add_special_tokens=False) + [end]
+        if text.endswith('"arguments": '):
+            return tok.encode('{"a": 2, "b": 3}}\n</tool_call>', add_special_tokens=False) + [end]
+        if text.endswith('{"name": "'):
+            return tok.encode('add", "arguments": {"a": 2, "b": 3}}\n</tool_call>', add_special_tokens=False) + [end]
+        return tok.encode('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 1}}\n</tool_call>',
+                          add_special_tokens=False) + [end]
+
+    service = ChatService(PerRequestScriptedEngine(script), ChatTemplate(tok), budget())
+    with EndpointServer(service) as server:
+        key = service.open_attempt(budget())
+        r = _forced_turn(service, key, server, ADD, NAMED)
+        msg = r.choices[0].message
+        assert r.choices[0].finish_reason == "tool_calls" and msg.tool_calls[0].function.name == "add"
+        assert json.loads(msg.tool_calls[0].function.arguments) == {"a": 2, "b": 3}
+        messages = [{"role": "user", "content": "2+3?"}, msg.model_dump(exclude_none=True),
+                    {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "5"}]
+        assert _forced_turn(service, key, server, ADD, "auto", messages).choices[0].message.content == \
+            "<answer>5</answer>"
+        [t] = service.close_attempt(key).trajectories(group_id="g", sample_index=0, task_id="t", family="f",
+                                                      policy_version=0)
+        t.check()
+        assert [s.kind for s in t.spans] == ["prompt", "template", "model", "template", "tool", "template", "model"]
+        forced = t.spans[1]
+        assert tok.decode(t.token_ids[forced.start:forced.end]) == '<tool_call>\n{"name": "add", "arguments": '
+        assert set(t.loss_mask[forced.start:forced.end]) == {0}
+        assert set(t.loss_mask[t.spans[2].start:t.spans[2].end]) == {1}
+
+        key = service.open_attempt(budget())
+        r = _forced_turn(service, key, server, ADD, "required")
+        assert r.choices[0].message.tool_calls[0].function.name == "add"
+        seg = service.close_attempt(key).segments[0]
+        assert tok.decode(seg.seq.token_ids[seg.seq.spans[1].start:seg.seq.spans[1].end]) == '<tool_call>\n{"name": "'
+
+        key = service.open_attempt(budget())
+        r = _forced_turn(service, key, server, ADD, "none")
+        assert r.choices[0].message.tool_calls is None and "<tool_call>" in r.choices[0].message.content
+        assert [s.kind for s in service.close_attempt(key).segments[0].seq.spans] == ["prompt", "model"]
+
+        url = server.base_url() + "/chat/completions"
+        for body, words in [({"tools": ADD, "tool_choice": {"type": "function", "function": {"name": "sub"}}},
+                             "not among the tools"),
+                            ({"tool_choice": "required"}, "needs tools"),
+                            ({"tools": ADD, "tool_choice": {"type": "function", "function": {"name": "<|im_end|>"}}},
+                             "function name")]:
+            got = httpx.post(url, json={"messages": [{"role": "user", "content": "x"}], **body}, timeout=30)
+            assert got.status_code == 400 and words in got.json()["error"]["message"], got.text
+            assert got.json()["error"]["param"] == "tool_choice"
+
+
+trl_spec = __import__("importlib.util").util.find_spec("trl")
+CORPUS = Path(trl_spec.origin).parent / "chat_templates" if trl_spec else None
+MARKERS = r"<\|[^|<>\s]{1,40}\|>|<\|[A-Za-z_\"]{1,40}>|<[A-Za-z_]{1,40}\|>|<｜[^｜<>]{1,40}｜>"
+FORCED = [("qwen2_5.jinja", "hermes"), ("qwen3.jinja", "hermes"), ("llama3_1.jinja", "llama3_json"),
+          ("qwen3_6.jinja", "qwen_xml"), ("glm4moe_training.jinja", "glm4"), ("gptoss.jinja", "harmony"),
+          ("gemma4.jinja", "gemma4"), ("lfm2_2_5.jinja", "pythonic"), ("muse_glimmer.jinja", "atem_xml"),
+          ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral")]
+
+
+def _family_chat(name: str) -> ChatTemplate:
+    """A template of the corpus (or the fixtures) over the Qwen2.5 tokenizer, its markers added
+    as special tokens (as tests/test_formats_rollout.py does)."""
+    import re
+
+    from transformers import AutoTokenizer
+
+    from fixture_paths import QWEN25, TEMPLATES
+
+    path = TEMPLATES / name if (TEMPLATES / name).exists() else CORPUS / name
+    source = path.read_text()
+    family = AutoTokenizer.from_pretrained(QWEN25)
+    family.add_special_tokens({"additional_special_tokens": sorted(set(re.findall(MARKERS, source)))})
+    return ChatTemplate(family, str(path))
+
+
+@pytest.mark.skipif(CORPUS is None, reason="needs trl's chat templates: pip install trl (make test installs it)")
+@pytest.mark.parametrize("name, fmt", FORCED)
+def test_forced_calls_in_every_format_write_the_templates_own_opening(name, fmt):
+    """For a template of each format: the forced text is the start of the template's own
+    rendering of the call, the model (scripted) samples the rest, the endpoint hands back a
+    call of the named function, and the capture has the forced ids as a mask-0 template span."""
+    from agentrl.serve.service import forced_call
+
+    chat = _family_chat(name)
+    tok = chat.tokenizer
+    assert chat.tool_call_format == fmt
+    user = [Message("user", "2+3?")]
+    prompt = chat.render(user, ADD, add_generation_prompt=True)
+    call = ToolCall("add", {"a": 2, "b": 3}, "call00002")  # an id of 9 characters, as Mistral's template requires
+    full = chat.render([*user, Message("assistant", "", [call])], ADD)
+    turn = full[len(prompt):]
+    turn = turn[:min(turn.find(m) + len(m) for m in (*chat.format.stop_tokens, chat.turn_end) if m in turn)]
+    how = forced_call(chat)
+    for choice, forced in ((NAMED, how.text("add")), ("required", how.text(None))):
+        assert turn.startswith(forced) and forced, (turn, forced)
+        rest = tok.encode(turn[len(forced):], add_special_tokens=False)
+        service = ChatService(PerRequestScriptedEngine(lambda _p, _k: rest), chat, budget())
+        key = service.open_attempt(budget())
+        with EndpointServer(service) as server:
+            r = _forced_turn(service, key, server, ADD, choice)
+        [call] = r.choices[0].message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("add", {"a": 2, "b": 3})
+        assert r.choices[0].finish_reason == "tool_calls"
+        seq = service.close_attempt(key).segments[0].seq
+        assert [s.kind for s in seq.spans] == ["prompt", "template", "model"]
+        span = seq.spans[1]
+        assert tok.decode(seq.token_ids[span.start:span.end]) == forced
+        assert set(seq.loss_mask[span.start:span.end]) == {0}
+        assert seq.token_ids[seq.spans[2].start:] == rest
+
+
+@pytest.mark.skipif(CORPUS is None, reason="needs trl's chat templates: pip install trl (make test installs it)")
+def test_a_forced_call_the_template_cannot_write_is_refused_with_the_reason(tok):
+    """DeepSeek-V3's template opens a reasoning block in its generation prompt that a call turn
+    does not continue; code_block runs calls inside the turn: tool_choice "required" gets a 400
+    naming tool_choice and why, and nothing is captured."""
+    for chat, words in [(_family_chat("deepseekv3_training.jinja"), "does not continue the generation prompt"),
+                        (ChatTemplate(tok, tool_call_format="code_block"), "inside the turn")]:
+        service = ChatService(PerRequestScriptedEngine(lambda _p, _k: [1]), chat, budget())
+        key = service.open_attempt(budget())
+        with EndpointServer(service) as server, pytest.raises(openai.BadRequestError, match=words) as got:
+            _forced_turn(service, key, server, ADD, "required")
+        assert got.value.body["param"] == "tool_choice" and service.close_attempt(key).segments == []

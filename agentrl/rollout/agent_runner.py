@@ -8,7 +8,12 @@ see ``capture.py``). All attempts run concurrently; the engine batches their req
 
 An attempt gets ``timeout_s`` of wall time and ``max_sampled_tokens`` sampled tokens. An agent
 that raises or runs out of time gets ``Verdict(0.0)`` and its error in ``agent.error``;
-the batch goes on. Not the model's fault, and so an infrastructure failure
+the batch goes on. One that fails before its first completion (or returns without one) is
+recorded all the same, as an empty trajectory (no tokens, nothing to train) with its error and
+reward 0: it counts in its group's mean and std as any attempt of reward 0 (the agent's fault,
+as when it raises later), never silently dropped. ``agent_failures`` and
+``failed_step_streak`` stop a run whose every attempt failed in
+``max_failed_steps`` consecutive steps (``AgentStopError``). Not the model's fault, and so an infrastructure failure
 (``Trajectory.failure``, retried by the run, never scored): the agent raised
 :class:`agentrl.InfraError`, or its client lost the connection to the endpoint or got a 5xx
 from it (``openai.APIConnectionError``, ``openai.InternalServerError``, an ``httpx``
@@ -54,6 +59,18 @@ class AgentSettings:
 
     timeout_s: float = 300.0  # wall clock per attempt
     max_sampled_tokens: int = 4096  # sampled tokens per attempt, all requests together
+    # Stop the run (exit 1, with the agents' errors) after this many consecutive training steps
+    # in which every attempt's agent failed (raised, timed out, or finished without a completion); 0 = never
+    max_failed_steps: int = 2
+
+
+class AgentStopError(RuntimeError):
+    """Every attempt's agent failed in ``max_failed_steps`` consecutive training steps: the run
+    stops. ``errors``: the last step's errors, in batch order."""
+
+    def __init__(self, message: str, errors: list[str]) -> None:
+        super().__init__(message)
+        self.errors = errors
 
 
 class AgentRunner:
@@ -71,6 +88,7 @@ class AgentRunner:
         self.service = ChatService(engine, chat, self._budget(None, ("", 0)), model_name=model_name)
         self._server: EndpointServer | None = None
         self.faults = faults  # the fault-injection harness (rollout.fault_rate); None in real runs
+        self.failed_steps = 0  # consecutive training steps in which every attempt's agent failed (collect_step)
 
     @property
     def server(self) -> EndpointServer:
@@ -163,8 +181,13 @@ class AgentRunner:
                 if t.agent is not None:
                     t.agent = replace(t.agent, error=error)
             return trajs
-        if not trajs:
-            return []
+        if not trajs:  # no completion: the agent's own failure, recorded (reward 0) and counted
+            if error is None:
+                error = ("the agent finished without a completion from the endpoint (it sent no request, or every "
+                         "one was refused): there is nothing to train on")
+            t = _placeholder(group, index, task, self.engine.policy_version)
+            t.verdict, t.agent = Verdict(0.0), replace(t.agent, error=error)
+            return [t]
         if error is None:
             error = _attach_answer(trajs[-1], answer)
         if error is not None:  # capture set each trajectory's AgentSegment
@@ -193,7 +216,8 @@ def infra_failure(exc: BaseException) -> Failure | None:
 
 
 def _placeholder(group: str, index: int, task: Task, version: int) -> Trajectory:
-    """The record of an attempt that failed before its first completion: no tokens."""
+    """The record of an attempt that failed before its first completion: no tokens (an
+    infrastructure failure, excluded; or the agent's own, reward 0)."""
     return Trajectory(token_ids=[], prompt_len=0, loss_mask=[], logprobs=[], spans=[], messages=[],
                       group_id=group, sample_index=index, finish_reason="error", policy_version=version,
                       task_id=task.id, family=task.family, agent=AgentSegment(index=0, segments=1))
@@ -222,7 +246,7 @@ def _attach_answer(last: Trajectory, answer) -> str | None:
 def agent_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """``agent/*`` metrics of a batch run by an ``AgentRunner`` (empty for other batches):
     ``splits`` (history rewrites per attempt), ``segments`` (trajectories per attempt),
-    ``errors`` (share of attempts whose agent raised or timed out)."""
+    ``errors`` (share of attempts whose agent raised, timed out or finished without a completion)."""
     attempts: dict[tuple[str, int], AgentSegment] = {}
     for t in trajs:
         if t.agent is not None:
@@ -233,3 +257,51 @@ def agent_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     return {"agent/splits": sum(a.splits for a in attempts.values()) / n,
             "agent/segments": sum(1 for t in trajs if t.agent is not None) / n,
             "agent/errors": sum(a.error is not None for a in attempts.values()) / n}
+
+
+def agent_failures(trajs: list[Trajectory]) -> tuple[int, int, list[str]]:
+    """(attempts whose agent failed, attempts, their errors in batch order) of a batch run by an
+    ``AgentRunner``: an attempt counts once however many segments it has.
+
+    >>> t = _placeholder("g", 0, Task("t", "q", "a"), 0)
+    >>> t.agent = replace(t.agent, error="ValueError: no config")
+    >>> agent_failures([t, _placeholder("g", 1, Task("t", "q", "a"), 0)])
+    (1, 2, ['ValueError: no config'])
+    """
+    attempts: dict[tuple[str, int], str | None] = {}
+    for t in trajs:
+        if t.agent is not None:
+            key = (t.group_id, t.sample_index)
+            attempts[key] = attempts.get(key) or t.agent.error
+    errors = [e for e in attempts.values() if e is not None]
+    return len(errors), len(attempts), errors
+
+
+def failed_step_streak(streak: int, failed: int, attempts: int, max_failed_steps: int, step: int,
+                       errors: list[str]) -> int:
+    """The count of consecutive steps in which every attempt's agent failed, after this step's
+    ``failed`` of ``attempts``; raises :class:`AgentStopError` when it reaches ``max_failed_steps``
+    (0: never). ``errors``: this step's, for the message.
+
+    >>> failed_step_streak(0, 4, 4, 2, 1, ["ValueError: x"] * 4)
+    1
+    >>> failed_step_streak(1, 3, 4, 2, 2, ["ValueError: x"] * 3)
+    0
+    >>> failed_step_streak(1, 4, 4, 2, 2, ["ValueError: x"] * 4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    agentrl.rollout.agent_runner.AgentStopError: step 2: every attempt's agent failed in 2 consecutive steps ...
+    """
+    streak = streak + 1 if attempts and failed == attempts else 0
+    if not max_failed_steps or streak < max_failed_steps:
+        return streak
+    counts: dict[str, int] = {}
+    for e in errors:
+        counts[e[:300]] = counts.get(e[:300], 0) + 1
+    listed = "; ".join(f"{n} x {e}" for e, n in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
+    more = f"; and {len(counts) - 3} other errors" if len(counts) > 3 else ""
+    raise AgentStopError(
+        f"step {step}: every attempt's agent failed in {streak} consecutive steps "
+        f"(agent.max_failed_steps={max_failed_steps}), {failed} of {attempts} this step; its errors: {listed}{more} "
+        f"— fix the agent (run it against `agentrl serve MODEL` to see it fail), or raise agent.max_failed_steps "
+        f"(0 = never stop)", errors)

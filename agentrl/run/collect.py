@@ -13,6 +13,7 @@ import random
 import numpy as np
 
 from agentrl.algo.update import UpdateStats
+from agentrl.rollout.agent_runner import AgentRunner, agent_failures, failed_step_streak
 from agentrl.run.config import Config
 from agentrl.run.retry import RetryPolicy, infra_metrics, rollout_scored
 from agentrl.scale import distributed as dist
@@ -84,7 +85,25 @@ def collect_step(cfg: Config, env, pool: list[Task], tasks_by_id: dict[str, Task
         have = signal_groups(trajs) if cfg.algo.drop_zero_variance else intact_groups(trajs)
         if dist.sum_floats([have])[0] >= cfg.train.prompts_per_step:
             break
+    if isinstance(runner, AgentRunner):
+        watch_agent_failures(cfg, runner, trajs, step, rank)
     return trajs, {"time/rollout": t_roll, "time/tools": t_tools, "batch/draws": float(draws)}
+
+
+def watch_agent_failures(cfg: Config, runner: AgentRunner, trajs: list[Trajectory], step: int, rank: int = 0) -> None:
+    """An OpenAI-API agent's failures, step by step: the first error of a step that had any is
+    printed (rank 0), and ``agent.max_failed_steps`` consecutive steps in which every attempt's
+    agent failed (on every rank together) stop the run with their errors (``AgentStopError``)."""
+    failed, attempts, errors = agent_failures(trajs)
+    failed_all, attempts_all = (int(x) for x in dist.sum_floats([failed, attempts]))
+    if rank == 0 and failed:
+        from tqdm import tqdm
+
+        tqdm.write(f"step {step}: {failed_all} of {attempts_all} agent attempts failed "
+                   f"(agent/errors {failed_all / max(1, attempts_all):.2f}); "
+                   f"first: {errors[0][:500]}")
+    runner.failed_steps = failed_step_streak(runner.failed_steps, failed_all, attempts_all,
+                                             cfg.agent.max_failed_steps, step, errors)
 
 
 def step_metrics(shard: StepShard, st: UpdateStats, lr: float, version: int) -> dict[str, float]:

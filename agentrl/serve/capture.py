@@ -9,6 +9,15 @@ tokenized (``ChatTemplate.continuation``, mask 0). Otherwise (the agent dropped,
 summarised messages, or changed its tools) a new segment starts from the rendered prompt.
 Each segment becomes one trajectory; all of an attempt's segments carry its reward.
 
+A request whose messages differ from the segment's may still extend its *tokens*: agents that
+re-send the model's turn as text (smolagents appends ``Calling tools: [...]`` to it and sends
+the results as user ``Observation:`` messages) render a conversation that starts with exactly
+the text the model was given and sampled. Then the segment goes on too: the rendering's text
+after the segment's (the agent's additions, template text, the new messages) is appended
+(mask 0), the sampled ids stay, and the engine is given those ids, so what it conditions on is
+what is recorded. New user and system messages are ``prompt`` spans, tool results ``tool``
+spans, the rest ``template``.
+
 >>> from agentrl.chat import ChatTemplate
 >>> from agentrl.models.tiny import ensure_tiny_model
 >>> from transformers import AutoTokenizer
@@ -23,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentrl.chat import ChatTemplate
+from agentrl.chat import ChatTemplate, TemplateError, encode_literal
+from agentrl.chat.template import _PLACEHOLDER, _PLACEHOLDER_RE, split_rendered
 from agentrl.engines.base import Generation
 from agentrl.types import TokenSequence
 from agentrl.types import AgentSegment, Message, ToolCall, ToolCallRecord, Trajectory
@@ -82,13 +92,63 @@ class AttemptCapture:
         if self.extends(messages, tools):
             seg = self.current
             new = messages[len(seg.messages):]
-            for piece in self.chat.continuation(seg.messages, new, tools, seg.sampled_end):
-                seg.seq.append(piece.token_ids, piece.kind)
+            pieces = self.chat.continuation(seg.messages, new, tools, seg.sampled_end)
+            for piece, kind in zip(pieces, content_kinds(pieces, [m.role for m in new if m.content])):
+                seg.seq.append(piece.token_ids, kind)
             seg.messages.extend(new)
+        elif (delta := self.text_extension(messages, tools)) is not None:
+            seg = self.current
+            for ids, kind in delta:
+                seg.seq.append(ids, kind)
+            seg.messages = list(messages)
         else:
             seq = TokenSequence()
             seq.append(self.chat.encode_prompt(messages, tools), "prompt")
             self.segments.append(Segment(seq, list(messages), tools))
+        return self.current.seq.token_ids
+
+    def text_extension(self, messages: list[Message], tools: list[dict] | None) -> list[tuple[list[int], str]] | None:
+        """The (ids, span kind) pieces that extend the current segment to this request's
+        rendering, when that rendering starts with the segment's text (the module docstring);
+        None when it does not (or the same tools are not offered)."""
+        seg = self.current
+        if seg is None or not seg.turns or tools != seg.tools:
+            return None
+        have = self.chat.tokenizer.decode(seg.seq.token_ids, skip_special_tokens=False)
+        try:
+            full = self.chat.render(messages, tools, add_generation_prompt=True)
+            if len(full) <= len(have) or not full.startswith(have):
+                return None
+            literal = [i for i, m in enumerate(messages) if m.role in ("system", "user", "tool") and m.content]
+            marked = self.chat.render([Message(m.role, _PLACEHOLDER.format(i), m.tool_calls, m.tool_call_id, m.name)
+                                       if i in literal else m for i, m in enumerate(messages)], tools,
+                                      add_generation_prompt=True)
+        except TemplateError:
+            return None
+        pieces = split_rendered(full, marked, [m.content for m in messages])
+        if pieces is None:  # the contents cannot be told from the template's text: start anew
+            return None
+        order = iter(int(m.group(1)) for m in _PLACEHOLDER_RE.finditer(marked))
+        out: list[tuple[list[int], str]] = []
+        pos = 0
+        for text, is_content in pieces:
+            role = messages[next(order)].role if is_content else None
+            start, pos = pos, pos + len(text)
+            if pos <= len(have):
+                continue
+            part = text[max(0, len(have) - start):]
+            if is_content:
+                ids, kind = encode_literal(self.chat.tokenizer, part), "tool" if role == "tool" else "prompt"
+            else:
+                ids, kind = self.chat.encode_template(part), "template"
+            if ids:
+                out.append((ids, kind))
+        return out or None
+
+    def force(self, ids: list[int]) -> list[int]:
+        """Append ids the endpoint writes into the turn before sampling (a forced call's
+        opening): not sampled, so mask 0, a ``template`` span. Returns the ids to generate from."""
+        self.current.seq.append(ids, "template")
         return self.current.seq.token_ids
 
     def room(self) -> int:
@@ -118,6 +178,25 @@ class AttemptCapture:
                 policy_version=policy_version, task_id=task_id, family=family, turns=seg.turns,
                 agent=AgentSegment(index=k, segments=n, splits=self.splits)))
         return out
+
+
+def content_kinds(pieces, roles: list[str]) -> list[str]:
+    """The span kind of each piece of ``ChatTemplate.continuation``, which writes every new
+    message's content as a "tool" piece: a tool result stays ``tool``, a user or system
+    message (the agent's own words, an ``Observation:`` it sends as the user) is ``prompt``.
+    ``roles``: of the new messages that have content, in order.
+
+    >>> from agentrl.chat import Segment
+    >>> content_kinds([Segment([1], "template"), Segment([2], "tool"), Segment([3], "template"),
+    ...                Segment([4], "tool")], ["tool", "user"])
+    ['template', 'tool', 'template', 'prompt']
+    """
+    n = sum(p.kind == "tool" for p in pieces)
+    if n == len(roles):  # one piece per content, in order
+        it = iter(roles)
+        return ["prompt" if p.kind == "tool" and next(it) != "tool" else p.kind for p in pieces]
+    whole = "tool" if all(r == "tool" for r in roles) else "prompt"  # contents the template ran together
+    return [whole if p.kind == "tool" else p.kind for p in pieces]
 
 
 def tool_records(messages: list[Message]) -> list[ToolCallRecord]:

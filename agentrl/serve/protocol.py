@@ -10,6 +10,7 @@ never ignored silently.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ class ChatRequest:
     model: str
     messages: list[Message]
     tools: list[dict[str, Any]] | None  # OpenAI function tools, as chat templates take them
-    tool_choice: str  # "auto" or "none"
+    tool_choice: str  # "auto", "none", "required" (a call is forced) or "function" (a call of tool_name is forced)
     temperature: float | None  # None: the attempt's default (the run's rollout.temperature)
     top_p: float | None
     max_tokens: int | None  # None: as many as the attempt's budget allows
@@ -48,6 +49,7 @@ class ChatRequest:
     logprobs: bool = False
     stream: bool = False  # answer as server-sent events (the whole completion, then [DONE])
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+    tool_name: str | None = None  # the function a named tool_choice forces
 
 
 def _number(body: dict, name: str, default: float | None, lo: float, hi: float, *,
@@ -141,34 +143,123 @@ def parse_tools(raw: Any) -> list[dict[str, Any]] | None:
     return out or None
 
 
+# Every Chat Completions request field, by what the endpoint does with it (docs/openai_agents.md
+# has the table; tests/test_openai_fields.py walks it). READ: parse_request reads it (some
+# values of some of them are refused below); IGNORED: accepted and without effect, since it
+# changes nothing that is sampled; REFUSED: a 400 whatever its value, with the reason. A field
+# in none of them is refused too: nothing is ignored silently.
+READ = ("messages", "model", "tools", "tool_choice", "temperature", "top_p", "max_tokens", "max_completion_tokens",
+        "stop", "seed", "n", "logprobs", "top_logprobs", "stream", "stream_options", "frequency_penalty",
+        "presence_penalty", "logit_bias", "response_format", "parallel_tool_calls", "modalities")
+IGNORED = {
+    "metadata": "stored-completion tags: nothing is stored", "store": "nothing is stored",
+    "user": "an end-user id", "safety_identifier": "an end-user id", "service_tier": "a processing tier",
+    "prompt_cache_key": "prompt caching", "prompt_cache_options": "prompt caching",
+    "prompt_cache_retention": "prompt caching",
+    "prediction": "a latency hint: the completion is the one sampled without it",
+}
+_DISTRIBUTION = ("it changes the distribution tokens are sampled from, so the log-probs recorded for training would "
+                 "not be those of the policy being trained")
+REFUSED = {
+    "audio": "the endpoint writes text only", "functions": "deprecated: send tools",
+    "function_call": "deprecated: send tool_choice",
+    "reasoning_effort": "the chat template is rendered as in training, without a reasoning setting",
+    "verbosity": "the chat template is rendered as in training, without a verbosity setting",
+    "web_search_options": "there is no web search", "moderation": "no moderation runs here",
+}
+
+
+def _refuse_fields(body: dict) -> None:
+    """Refuse the fields (and the values of read fields) the endpoint cannot honour exactly."""
+    for name, value in body.items():
+        if value is None or name in READ or name in IGNORED:
+            continue
+        if name in REFUSED:
+            raise RequestError(f"{name} is not supported: {REFUSED[name]}", name)
+        raise RequestError(f"{name} is not a Chat Completions parameter this endpoint honours; it is refused "
+                           f"rather than ignored (docs/openai_agents.md lists every field)", name)
+    for name in ("frequency_penalty", "presence_penalty"):
+        v = body.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise RequestError(f"{name} must be a number, got {type(v).__name__}", name)
+        if v:
+            raise RequestError(f"{name}={v} is not supported (only 0): {_DISTRIBUTION}", name)
+    bias = body.get("logit_bias")
+    if bias is not None and not isinstance(bias, dict):
+        raise RequestError("logit_bias must be an object", "logit_bias")
+    if bias:
+        raise RequestError(f"logit_bias is not supported (only {{}}): {_DISTRIBUTION}", "logit_bias")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+        raise RequestError(f"response_format={kind!r} is not supported (only {{'type': 'text'}}): the endpoint has "
+                           f"no constrained decoding, so it could not guarantee the format; ask for JSON in the "
+                           f"prompt and parse the text", "response_format")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and parallel is not True:
+        raise RequestError(f"parallel_tool_calls={json.dumps(parallel)} is not supported (only true): the model may "
+                           f"write several calls in one turn, and dropping some would hand back a turn that is not "
+                           f"the one sampled and trained on", "parallel_tool_calls")
+    modalities = body.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise RequestError(f"modalities={modalities!r} is not supported (only ['text'])", "modalities")
+
+
+def parse_tool_choice(raw: Any, tools: list[dict[str, Any]] | None) -> tuple[str, str | None]:
+    """("auto" | "none" | "required" | "function", the named function or None). A forced call
+    (required, or a named function) needs tools, and a named one must be among them.
+
+    >>> parse_tool_choice({"type": "function", "function": {"name": "f"}}, [{"function": {"name": "f"}}])
+    ('function', 'f')
+    """
+    if raw is None or raw in ("auto", "none"):
+        return raw or "auto", None
+    names = [t["function"]["name"] for t in tools or []]
+    if raw == "required":
+        if not names:
+            raise RequestError("tool_choice='required' needs tools: no function was offered", "tool_choice")
+        return "required", None
+    fn = raw.get("function") if isinstance(raw, dict) and raw.get("type") == "function" else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise RequestError(f"tool_choice={raw!r} is not one of 'auto', 'none', 'required' or "
+                           f"{{'type': 'function', 'function': {{'name': ...}}}}", "tool_choice")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", fn["name"]):
+        raise RequestError(f"tool_choice names {fn['name']!r}: a function name is 1 to 64 letters, digits, "
+                           f"'_', '.' or '-'", "tool_choice")
+    if fn["name"] not in names:
+        raise RequestError(f"tool_choice names the function {fn['name']!r}, which is not among the tools offered "
+                           f"({', '.join(names) or 'none'})", "tool_choice")
+    return "function", fn["name"]
+
+
 def parse_request(body: Any, *, max_tokens_limit: int) -> ChatRequest:
     """Check a decoded JSON body; raises RequestError naming the first problem."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
-    stream = body.get("stream", False)
+    _refuse_fields(body)
+    stream = body.get("stream")
+    stream = False if stream is None else stream
     if not isinstance(stream, bool):
         raise RequestError("stream must be true or false", "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise RequestError("stream_options must be an object", "stream_options")
-    n = body.get("n", 1)
-    if n != 1:
+    n = body.get("n")
+    if n is not None and (n != 1 or isinstance(n, bool)):
         raise RequestError(f"n={n!r}: only n=1 is supported (send one request per sample)", "n")
     if body.get("top_logprobs"):
         raise RequestError("top_logprobs is not supported: logprobs=true gives each sampled token's log-prob",
                            "top_logprobs")
-    choice = body.get("tool_choice", "auto")
-    if choice is None:
-        choice = "auto"
-    if choice not in ("auto", "none"):
-        raise RequestError(f"tool_choice={choice!r} is not supported: use 'auto' or 'none'", "tool_choice")
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    tools = parse_tools(body.get("tools"))
+    choice, tool_name = parse_tool_choice(body.get("tool_choice"), tools)
+    limit_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    limit = body.get(limit_name)
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise RequestError(f"max_tokens={limit!r} must be a positive integer", "max_tokens")
+            raise RequestError(f"{limit_name}={limit!r} must be a positive integer", limit_name)
         if limit > max_tokens_limit:
-            raise RequestError(f"max_tokens={limit} is over this endpoint's context of {max_tokens_limit} tokens",
-                               "max_tokens")
+            raise RequestError(f"{limit_name}={limit} is over this endpoint's context of {max_tokens_limit} tokens",
+                               limit_name)
     stop = body.get("stop")
     stop = [stop] if isinstance(stop, str) else (stop or [])
     if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
@@ -176,14 +267,17 @@ def parse_request(body: Any, *, max_tokens_limit: int) -> ChatRequest:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise RequestError("seed must be an integer", "seed")
-    model = body.get("model", "")
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise RequestError("logprobs must be true or false", "logprobs")
+    model = body.get("model") or ""
     if not isinstance(model, str):
         raise RequestError("model must be a string", "model")
     return ChatRequest(
-        model=model, messages=parse_messages(body.get("messages")), tools=parse_tools(body.get("tools")),
-        tool_choice=choice, temperature=_number(body, "temperature", None, 0.0, 2.0),
+        model=model, messages=parse_messages(body.get("messages")), tools=tools,
+        tool_choice=choice, tool_name=tool_name, temperature=_number(body, "temperature", None, 0.0, 2.0),
         top_p=_number(body, "top_p", None, 0.0, 1.0, lo_open=True), max_tokens=limit, stop=list(stop),
-        seed=seed, logprobs=bool(body.get("logprobs", False)), stream=stream,
+        seed=seed, logprobs=bool(logprobs), stream=stream,
         include_usage=bool(options.get("include_usage", False)))
 
 

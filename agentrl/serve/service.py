@@ -9,11 +9,13 @@ by the engine (``engine.agenerate``).
 from __future__ import annotations
 
 import asyncio
+import html
 import threading
 import uuid
 from dataclasses import dataclass, field
 
 from agentrl.chat import ChatTemplate, TemplateError
+from agentrl.chat.formats import PROBE_CALL, PROBE_TOOLS
 from agentrl.engines.base import Engine, SamplingParams
 from agentrl.engines.base import attempt_seed
 from agentrl.serve.capture import AttemptCapture
@@ -40,6 +42,46 @@ class _Attempt:
     budget: AttemptBudget
     requests: int = 0
     lock: asyncio.Lock | None = None  # created on the server's loop
+
+
+@dataclass(frozen=True)
+class ForcedCall:
+    """What a forced call (``tool_choice`` "required" or a named function) writes into the turn
+    before the model samples: the chat template's own rendering of a call turn, from the end of
+    its generation prompt through the format's opening of the call (``ToolCallFormat.call_openings``),
+    the function's name in it when one is named, up to the arguments. "required" stops before
+    the first name: the model samples which function. Those tokens are not sampled: mask 0,
+    ``template`` spans, as the template's own text."""
+
+    parts: tuple[str, ...]  # that rendering, split where it writes the function's name
+
+    def text(self, name: str | None) -> str:
+        return self.parts[0] if name is None else name.join(self.parts)
+
+
+def forced_call(chat: ChatTemplate) -> ForcedCall | str:
+    """The template's :class:`ForcedCall`, found by rendering a known call, or why there is none."""
+    fmt = chat.format
+    if not fmt.call_openings:
+        return f"its tool-call format {fmt.name} runs calls inside the turn, so there is no call opening to force"
+    user = Message("user", "AgentrlProbeUser")
+    try:
+        prompt = chat.render([user], PROBE_TOOLS, add_generation_prompt=True)
+        full = chat.render([user, Message("assistant", "", [PROBE_CALL])], PROBE_TOOLS)
+    except Exception as e:  # jinja errors, the template's raise_exception()
+        return f"its chat template cannot render a call ({type(e).__name__}: {e})"
+    if not full.startswith(prompt):
+        return ("its chat template renders a call turn that does not continue the generation prompt (a reasoning "
+                f"block the prompt opens is written otherwise): {full[len(prompt) - 20:len(prompt) + 40]!r}")
+    after = full[len(prompt):]
+    for text in (after, html.unescape(after)):
+        for form in fmt.call_openings:
+            opening = fmt.opening(form, PROBE_CALL.name)
+            at = text.find(opening)
+            if at >= 0:
+                return ForcedCall(tuple(text[:at + len(opening)].split(PROBE_CALL.name)))
+    return (f"its chat template writes a call as {after[:100]!r}, which opens with none of the {fmt.name} "
+            f"format's forms {fmt.call_openings}")
 
 
 @dataclass
@@ -69,6 +111,12 @@ class ChatService:
                              f"(per_request_async); {type(self.engine).__name__} does not: use model.engine=hf")
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
+        self._forced: ForcedCall | str | None = None  # forced_call(chat), found on first use
+
+    def forced_call(self) -> ForcedCall | str:
+        if self._forced is None:
+            self._forced = forced_call(self.chat)
+        return self._forced
 
     # -- attempts (called by the runner, from any thread) ----------------------------------
 
@@ -108,10 +156,19 @@ class ChatService:
         if left <= 0:
             raise RequestError(f"this attempt has sampled its budget of {budget.max_sampled_tokens} tokens",
                                code="attempt_budget_exceeded")
+        forced = ""
+        if req.tool_choice in ("required", "function"):
+            how = self.forced_call()
+            if isinstance(how, str):
+                raise RequestError(f"tool_choice={req.tool_name or req.tool_choice!r} (a forced call) is not "
+                                   f"available for this model: {how}", "tool_choice")
+            forced = how.text(req.tool_name)
         try:
             ids = cap.prompt(req.messages, req.tools)
         except TemplateError as e:
             raise RequestError(f"the chat template cannot render these messages: {e}", "messages") from None
+        if forced:
+            ids = cap.force(self.chat.encode_template(forced))
         room = min(cap.room(), left)
         if room <= 0:
             raise RequestError(f"the conversation has {len(ids)} tokens, the endpoint's context is "
@@ -130,21 +187,22 @@ class ChatService:
         gen = await self.engine.agenerate(ids, params)
         self.stats.engine_s += loop.time() - start
         self.stats.sampled_tokens += len(gen.token_ids)
-        message = self._message(gen.token_ids, gen.finish_reason, req)
+        message = self._message(gen.token_ids, gen.finish_reason, req, forced)
         cap.record(gen, message)
         finish = "length" if gen.finish_reason == "length" else ("tool_calls" if message.tool_calls else "stop")
         texts = [self.chat.tokenizer.decode([t], skip_special_tokens=False) for t in gen.token_ids] \
             if req.logprobs else []
         return Completion(message, finish, len(ids), list(gen.token_ids), list(gen.logprobs), texts)
 
-    def _message(self, token_ids: list[int], finish_reason: str, req: ChatRequest) -> Message:
-        """The assistant message handed back: parsed tool calls get fresh ids."""
+    def _message(self, token_ids: list[int], finish_reason: str, req: ChatRequest, forced: str = "") -> Message:
+        """The assistant message handed back: parsed tool calls get fresh ids. ``forced``: the
+        text written into the turn before the sampled ids (a forced call's opening)."""
         stopped = bool(token_ids) and token_ids[-1] in self.chat.stop_token_ids
-        text = self.chat.tokenizer.decode(token_ids[:-1] if stopped else token_ids, skip_special_tokens=False)
+        text = forced + self.chat.tokenizer.decode(token_ids[:-1] if stopped else token_ids, skip_special_tokens=False)
         if finish_reason == "stop" and not stopped and req.stop:
             # A stop string ended the turn inside its last token: OpenAI leaves the string (and
             # what that token wrote after it) out of the content; the sampled ids stay whole.
-            cut = max(text.rfind(s) for s in req.stop)
+            cut = max(text.rfind(s, len(forced)) for s in req.stop)  # in the sampled text
             if cut >= 0:
                 text = text[:cut]
         if not req.tools or req.tool_choice == "none":

@@ -46,4 +46,8 @@ def parse_atem_xml(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="atem_xml", parse=parse_atem_xml, families="Muse Glimmer",
-    description='<atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE</atem:parameter>...')
+    description='<atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE</atem:parameter>...',
+    call_openings=(
+        '<atem:function_calls>\n<atem:invoke name="{name}">\n',
+        '<atem:function_calls><atem:invoke name="{name}">',
+    ))

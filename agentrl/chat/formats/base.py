@@ -129,6 +129,20 @@ class ToolCallFormat:
     stop_tokens: tuple[str, ...] = ()
     families: str = ""  # model families known to use it
     mid_turn: MidTurn | None = None  # set when calls run inside the turn instead of ending it
+    # How a call of ``{name}`` opens, through the name, up to its arguments: one form per
+    # syntax its templates write. A forced call (OpenAI ``tool_choice`` "required" or a named
+    # function) writes the template's own rendering up to the end of the form it renders
+    # (``agentrl.serve.service.ForcedCall``); none (mid-turn formats): no forced calls.
+    call_openings: tuple[str, ...] = ()
+
+    def opening(self, form: str, name: str) -> str:
+        """``form`` (one of ``call_openings``) for the function ``name``.
+
+        >>> from agentrl.chat.formats import get_format
+        >>> get_format("hermes").opening(get_format("hermes").call_openings[0], "add")
+        '<tool_call>\\n{"name": "add", "arguments": '
+        """
+        return form.replace("{name}", name)
 
 
 def add_json_call(obj: Any, where: str, calls: list[ToolCall], errors: list[str]) -> None:

@@ -62,4 +62,8 @@ def parse_deepseek_v3(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="deepseek_v3", parse=parse_deepseek_v3, families="DeepSeek-V3, DeepSeek-R1, DeepSeek-V3.1",
-    description="<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json {...}```<｜tool▁call▁end｜>")
+    description="<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json {...}```<｜tool▁call▁end｜>",
+    call_openings=(
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n',
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>',
+    ))

@@ -109,4 +109,5 @@ def parse_gemma4(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="gemma4", parse=parse_gemma4, stop_tokens=("<|tool_response>",), families="Gemma 4, DiffusionGemma",
-    description='<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1}<tool_call|>')
+    description='<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1}<tool_call|>',
+    call_openings=('<|tool_call>call:{name}{',))

@@ -43,4 +43,5 @@ def parse_glm4(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="glm4", parse=parse_glm4, stop_tokens=("<|observation|>",), families="GLM-4.5, GLM-4-MoE",
-    description="<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>")
+    description="<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>",
+    call_openings=('<tool_call>{name}\n', '<tool_call>{name}'))

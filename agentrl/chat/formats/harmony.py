@@ -61,4 +61,8 @@ def _content(text: str) -> str:
 
 FORMAT = ToolCallFormat(
     name="harmony", parse=parse_harmony, stop_tokens=("<|call|>",), families="gpt-oss",
-    description="<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>")
+    description="<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>",
+    call_openings=(
+        ' to=functions.{name}<|channel|>commentary json<|message|>',
+        '<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>',
+    ))

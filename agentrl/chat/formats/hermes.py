@@ -34,4 +34,5 @@ def parse_hermes(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="hermes", parse=parse_hermes, families="Qwen2.5, Qwen3, Qwen3-2507, Qwen3-VL, Hermes",
-    description='<tool_call>{"name": NAME, "arguments": {...}}</tool_call>')
+    description='<tool_call>{"name": NAME, "arguments": {...}}</tool_call>',
+    call_openings=('<tool_call>\n{"name": "{name}", "arguments": ', '<tool_call>{"name": "{name}", "arguments": '))

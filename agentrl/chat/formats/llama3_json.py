@@ -44,4 +44,5 @@ def parse_llama3_json(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 # built-in tools' <|python_tag|> code calls, which this format does not run.
 FORMAT = ToolCallFormat(
     name="llama3_json", parse=parse_llama3_json, families="Llama 3.1, Llama 3.2",
-    description='{"name": NAME, "parameters": {...}} as the whole turn (optionally after <|python_tag|>)')
+    description='{"name": NAME, "parameters": {...}} as the whole turn (optionally after <|python_tag|>)',
+    call_openings=('{"name": "{name}", "parameters": ', '{"name": "{name}", "arguments": '))

@@ -51,4 +51,9 @@ def parse_mistral(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="mistral", parse=parse_mistral, families="Mistral, Mistral-Nemo, Ministral",
-    description='[TOOL_CALLS][{"name": NAME, "arguments": {...}, "id": ID}] or [TOOL_CALLS]NAME[ARGS]{...}')
+    description='[TOOL_CALLS][{"name": NAME, "arguments": {...}, "id": ID}] or [TOOL_CALLS]NAME[ARGS]{...}',
+    call_openings=(
+        '[TOOL_CALLS][{"name": "{name}", "arguments": ',
+        '[TOOL_CALLS] [{"name": "{name}", "arguments": ',
+        '[TOOL_CALLS]{name}[ARGS]',
+    ))

@@ -110,4 +110,5 @@ def parse_pythonic(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="pythonic", parse=parse_pythonic, families="LFM2, LFM2.5",
-    description="<|tool_call_start|>[NAME(key='text', n=1)]<|tool_call_end|>")
+    description="<|tool_call_start|>[NAME(key='text', n=1)]<|tool_call_end|>",
+    call_openings=('<|tool_call_start|>[{name}(',))

@@ -56,4 +56,5 @@ def parse_qwen_xml(text: str, tools: ToolSchemas = None) -> ParsedTurn:
 
 FORMAT = ToolCallFormat(
     name="qwen_xml", parse=parse_qwen_xml, families="Qwen3.5, Qwen3.6, Qwen3.8, Qwen3-Coder, Nemotron 3",
-    description="<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>")
+    description="<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>",
+    call_openings=('<tool_call>\n<function={name}>\n', '<tool_call><function={name}>'))
