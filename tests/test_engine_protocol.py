@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from gpu_check.engines import FixedTokensEngine  # noqa: E402
 from scripted_turns import ScriptedTurnsEngine  # noqa: E402
 
-PROTOCOL_MEMBERS = set(Engine.__annotations__) | {n for n, v in vars(Engine).items()
-                                                  if not n.startswith("_") and callable(v)}
+OPTIONAL = {"score": "can_score"}  # declared only by the engines whose capability flag says so
+PROTOCOL_MEMBERS = (set(Engine.__annotations__) | {n for n, v in vars(Engine).items()
+                                                   if not n.startswith("_") and callable(v)}) - set(OPTIONAL)
 METHODS = {"generate", "agenerate", "sync_weights", "sleep"}
 
 
@@ -43,6 +44,7 @@ ENGINE_CLASSES = [*(engine_class(name) for name in ENGINES), ScriptedEngine, Per
 
 def test_the_protocol_declares_what_callers_use():
     assert PROTOCOL_MEMBERS == {"capabilities", "policy_version", "batcher_stats", *METHODS}
+    assert all(callable(vars(Engine)[name]) and hasattr(EngineCapabilities, flag) for name, flag in OPTIONAL.items())
     assert inspect.iscoroutinefunction(Engine.agenerate)
 
 
@@ -52,6 +54,15 @@ def test_every_engine_class_declares_every_member(cls):
     for name in METHODS:
         assert callable(inspect.getattr_static(cls, name)), name
     assert inspect.iscoroutinefunction(cls.agenerate)
+    caps = inspect.getattr_static(cls, "capabilities")
+    if isinstance(caps, EngineCapabilities):  # a wrapper's is the inner engine's (a property)
+        for name, flag in OPTIONAL.items():  # what the flag promises is there
+            assert not getattr(caps, flag) or callable(inspect.getattr_static(cls, name)), name
+
+
+def test_hf_and_vllm_score_the_weights_they_sample_with():
+    assert engine_class("hf").capabilities.can_score and engine_class("vllm").capabilities.can_score
+    assert not ScriptedEngine.capabilities.can_score  # the weight-sync canary skips it
 
 
 @pytest.mark.parametrize("name", list(ENGINES))
@@ -120,3 +131,15 @@ def test_the_hf_engine_has_every_member():
     engine = HFEngine.from_pretrained(ensure_tiny_model())
     _check_instance(engine)
     assert isinstance(engine.batcher_stats, BatcherStats) and engine.capabilities.per_request_async
+    # score: teacher-forced log-probs in the layout of the trainer's score_tokens (position 0 unscored)
+    import torch
+
+    from agentrl.algo.batching import MicroBatch, score_tokens
+
+    seq = [1, 17, 250, 3, 99, 42]
+    (row,) = engine.score([seq])
+    ids = torch.tensor([seq])
+    mask = torch.tensor([[0.0] + [1.0] * (len(seq) - 1)])
+    with torch.no_grad():
+        ref = score_tokens(engine.model, MicroBatch([0], ids, torch.ones_like(ids), mask, 0 * mask), 1.0)[0][0]
+    assert row[0] == 0.0 and len(row) == len(seq) and (torch.tensor(row) - ref).abs().max().item() < 1e-5

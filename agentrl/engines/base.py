@@ -56,6 +56,7 @@ class EngineCapabilities:
     background_sampling: bool  # may sample in a thread beside the trainer (train.max_staleness > 0)
     can_sleep: bool  # sleep() frees its accelerator memory for the update; generate() wakes it
     per_request_async: bool = False  # serves requests one by one while others are in flight
+    can_score: bool = False  # score() gives teacher-forced log-probs under the weights it samples with
 
 
 class Engine(Protocol):
@@ -72,6 +73,10 @@ class Engine(Protocol):
     nothing of the engine's own to free). ``batcher_stats`` are the continuous batcher's
     counters (:class:`agentrl.engines.driver.BatcherStats`, read before and after a batch of
     ``agenerate`` calls); None for an engine without one.
+
+    ``score`` is the one optional member: only an engine whose ``capabilities.can_score`` is
+    True defines it, and callers read the flag first (the weight-sync canary,
+    ``agentrl.run.canary``, is skipped on the others).
 
     A class in :mod:`agentrl.engines`' registry also offers the classmethod
     ``from_run(cfg, model, tokenizer, model_path)``, building it from a run config.
@@ -98,6 +103,12 @@ class Engine(Protocol):
     def sleep(self) -> None:
         """Free the engine's accelerator memory for the update (``capabilities.can_sleep``;
         a no-op otherwise); the trainer's next ``sync_weights`` brings it back."""
+        ...
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """Optional (``capabilities.can_score``): teacher-forced log-probs at T=1 under the
+        weights the engine samples with, ``out[i][t] = log p(seq[t] | seq[:t])`` and
+        ``out[i][0] = 0.0``, the layout of ``agentrl.algo.batching.score_tokens``."""
         ...
 
 

@@ -77,7 +77,7 @@ class HFEngine:
     """
 
     capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False,
-                                      per_request_async=True)
+                                      per_request_async=True, can_score=True)
     policy_version: int
     batcher_stats: BatcherStats
 
@@ -172,6 +172,27 @@ class HFEngine:
 
     def sleep(self) -> None:
         """Does nothing (``can_sleep`` is False): the weights it samples from are the trainer's own."""
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """Teacher-forced log-probs at T=1 under the weights the engine samples with (a forward
+        of its own model, the one its decoder reads): ``out[i][t] = log p(seq[t] | seq[:t])``,
+        ``out[i][0] = 0.0``, the layout of ``agentrl.algo.batching.score_tokens``. Touches
+        neither the prefix cache nor the random stream.
+
+        >>> from agentrl.models.tiny import ensure_tiny_model
+        >>> engine = HFEngine.from_pretrained(ensure_tiny_model())
+        >>> [len(row) for row in engine.score([[1, 2, 3], [4, 5]])]
+        [3, 2]
+        """
+        validate_request(sequences, SamplingParams())
+        out = []
+        with self.sampling_mode(), torch.inference_mode():
+            for seq in sequences:  # one row each: no padding to get right, a few dozen tokens
+                ids = torch.tensor([seq], device=self.device)
+                logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+                lp = torch.log_softmax(logits[0, :-1].float(), dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+                out.append([0.0] + lp.tolist())
+        return out
 
     def generator_for(self, seed: int | None) -> torch.Generator:
         """A request's random stream: its own when it has a seed, else the engine's."""

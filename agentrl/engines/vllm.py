@@ -142,7 +142,7 @@ class VLLMEngine:
 
     # The rollout thread cannot share it: the same in-process LLM also serves the trainer's evaluation.
     capabilities = EngineCapabilities(shares_trainer_weights=False, background_sampling=True, can_sleep=True,
-                                      per_request_async=True)
+                                      per_request_async=True, can_score=True)
     policy_version: int
     batcher_stats: BatcherStats
 
@@ -284,12 +284,14 @@ class VLLMEngine:
         """Teacher-forced log-probs at T=1 under the engine's current weights.
 
         ``out[i][t] = log p(seq[t] | seq[:t])`` and ``out[i][0] = 0.0``: the layout of
-        ``agentrl.algo.batching.score_tokens``, so the two can be compared token by token.
+        ``agentrl.algo.batching.score_tokens``, so the two can be compared token by token
+        (vLLM's ``prompt_logprobs``; the weight-sync canary, ``agentrl.run.canary``, reads it).
         """
         from vllm.inputs import TokensPrompt
 
         check_request(sequences, SamplingParams(), self.max_model_len)
-        sp = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False, ignore_eos=True)
+        # seeded: the one token it samples draws from its own stream, never the engine's
+        sp = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False, ignore_eos=True, seed=0)
         with self.lock:
             self.wake_up()
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], sp, use_tqdm=False)

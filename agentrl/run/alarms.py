@@ -37,6 +37,9 @@ ALARMS: dict[str, str] = {
     "mismatch": "sampler and trainer log-probs disagree",
     "reward_vs_eval": "training reward up, held-out accuracy down",
 }
+# ... and those over the figures of the weight-sync canary (agentrl/run/canary.py), which the
+# trainer measures after each sync; checked, printed, logged and disabled like the others
+SYNC_ALARMS: dict[str, str] = {"weight_sync": "the engine does not sample the trainer's weights"}
 
 
 @dataclass(frozen=True)
@@ -86,15 +89,31 @@ class AlarmsConfig:
     eval_window: int = 3  # reward_vs_eval: over the last this many evaluations ...
     eval_drop: float = 0.05  # ... held-out accuracy never rose and fell by more than this ...
     reward_rise: float = 0.05  # ... while the training reward's fitted trend rose by more than this
+    # weight_sync (agentrl/run/canary.py): after each weight sync a fixed sequence of this many
+    # token ids is scored by the trainer and by the engine (engines with capabilities.can_score)
+    canary_tokens: int = 32
+    # the largest |log-prob gap| per canary token allowed when both compute in float32 and the
+    # engine is the HF one (the same forward on the same weights: under 1e-6 measured) ...
+    canary_tol: float = 1e-3
+    # ... and otherwise: bfloat16 on either side (parallel.mixed_precision, train.autocast) or an
+    # engine with its own kernels and weights (vLLM)
+    canary_tol_loose: float = 0.5
+    # the update moved the trainer's canary log-probs by more than this (max per token) while the
+    # engine's moved less than 1% of that: the new weights never reached the engine (verl#7495)
+    canary_moved: float = 1e-4
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.disable) - set(ALARMS))
+        unknown = sorted(set(self.disable) - set(ALARMS) - set(SYNC_ALARMS))
         if unknown:
-            raise ConfigError(f"alarms.disable: {unknown} not among the alarms {list(ALARMS)}")
+            raise ConfigError(f"alarms.disable: {unknown} not among the alarms {[*ALARMS, *SYNC_ALARMS]}")
         if self.on_alarm not in ("warn", "stop"):  # the loader checks the Literal; this is for direct constructions
             raise ConfigError(f"alarms.on_alarm={self.on_alarm!r}: use 'warn' or 'stop'")
         for key, ok, valid in [("steps", self.steps >= 1, ">= 1"), ("eval_window", self.eval_window >= 2, ">= 2"),
-                               ("mismatch_growth", self.mismatch_growth > 1, "> 1")]:
+                               ("mismatch_growth", self.mismatch_growth > 1, "> 1"),
+                               ("canary_tokens", self.canary_tokens >= 2, ">= 2"),
+                               ("canary_tol", self.canary_tol > 0, "> 0"),
+                               ("canary_tol_loose", self.canary_tol_loose > 0, "> 0"),
+                               ("canary_moved", self.canary_moved > 0, "> 0")]:
             if not ok:
                 raise ConfigError(f"alarms.{key}={getattr(self, key)!r} is out of range: use {valid}")
 
@@ -282,12 +301,45 @@ def reward_vs_eval(history: Rows, cfg: AlarmsConfig) -> Alarm | None:
                  "(docs/reward_integrity.md), use more training tasks; keep the checkpoint of the best evaluation")
 
 
+STILL_FRAC = 0.01  # weight_sync: an engine whose canary moved less than this share of the trainer's did not move
+
+
+def weight_sync(history: Rows, cfg: AlarmsConfig) -> Alarm | None:
+    """At the last training step (no window: a broken sync is broken at its first step), from the
+    canary figures ``sync/*`` (agentrl/run/canary.py): the engine's canary log-probs differ from
+    the trainer's by more than ``sync/canary_tol`` (``canary_tol`` or ``canary_tol_loose``), or
+    the update moved the trainer's by more than ``canary_moved`` and the engine's by less than
+    ``STILL_FRAC`` of that."""
+    rows = _train_rows(history)
+    r = rows[-1] if rows else {}
+    gap, tol = r.get("sync/canary_abs_max"), r.get("sync/canary_tol")
+    if gap is None or tol is None:
+        return None
+    trainer, engine = r.get("sync/trainer_moved"), r.get("sync/engine_moved")
+    still = trainer is not None and engine is not None and trainer > cfg.canary_moved and engine < STILL_FRAC * trainer
+    if not still and gap <= tol:
+        return None
+    if still:
+        what = (f"the update moved the trainer's canary log-probs by {trainer:.3g} and the engine's by {engine:.3g}: "
+                "the new weights did not reach the engine (a sync skipped, a LoRA adapter not merged: verl#7495, "
+                "which looks like staleness)")
+    else:
+        what = (f"the engine's canary log-probs differ from the trainer's by {gap:.3g} (max per token, tolerance "
+                f"{tol:.3g}): it samples other weights than the trainer's (a stale or partial copy, another dtype)")
+    mis = r.get("mismatch/abs_max")
+    seen = f"; this step's rollout had mismatch/abs_max {mis:.3g}" if mis is not None and _measured(r) else ""
+    return Alarm("weight_sync", r["step"], f"after the weight sync, {what}{seen}",
+                 "check that the engine gets every parameter after every step, LoRA merged, in the trainer's dtype "
+                 "(agentrl/scale/weight_sync.py); raise alarms.canary_tol(_loose) only for a gap that is numerics")
+
+
 RULES: dict[str, Callable[[Rows, AlarmsConfig], Alarm | None]] = {
     "no_signal": no_signal, "tool_errors": tool_errors, "infra_failures": infra_failures,
     "tool_calls_collapse": tool_calls_collapse, "entropy_collapse": entropy_collapse, "mismatch": mismatch,
     "reward_vs_eval": reward_vs_eval,
 }
-assert list(RULES) == list(ALARMS)
+SYNC_RULES: dict[str, Callable[[Rows, AlarmsConfig], Alarm | None]] = {"weight_sync": weight_sync}
+assert list(RULES) == list(ALARMS) and list(SYNC_RULES) == list(SYNC_ALARMS)
 
 
 def check(history: Rows, cfg: AlarmsConfig) -> list[Alarm]:
@@ -306,7 +358,7 @@ def check(history: Rows, cfg: AlarmsConfig) -> list[Alarm]:
     if not history:
         return []
     out = []
-    for name, rule in RULES.items():
+    for name, rule in {**RULES, **SYNC_RULES}.items():
         if name in cfg.disable:
             continue
         alarm = rule(history, cfg)

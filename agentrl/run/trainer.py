@@ -44,6 +44,7 @@ from agentrl.scale.parallel import describe_plan, resolve_plan
 from agentrl.run.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.run.reference import build_reference, build_teacher, check_distill
 from agentrl.run.alarms import AlarmMonitor, AlarmStop
+from agentrl.run.canary import WeightCanary
 from agentrl.run.retry import InfraStopError, RetryPolicy, stop_on_infra_failures
 from agentrl.run.resume import find_resume_checkpoint
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
@@ -184,6 +185,8 @@ class Trainer:
         # health alarms (docs/alarms.md): their history starts from metrics.jsonl, so a resumed
         # run does not fire again what was already firing
         self.alarms = AlarmMonitor(self.cfg.alarms, self.log, self.run_dir / "metrics.jsonl")
+        self.canary = WeightCanary.for_trainer(self)  # does the engine sample the trainer's weights?
+        self.canary.baseline(self.model)  # engine and trainer hold the same weights here
         self.step_trajectories: list[Trajectory] = []  # the last step's, merged: alarms quote them
 
     def _base_model_path(self) -> str:
@@ -277,6 +280,8 @@ class Trainer:
             self.sync(self.model)
             self.version = self.engine.policy_version
         t_update = time.perf_counter() - t1
+        if not self._producer_owns_engine:  # the weight_sync alarm's figures (agentrl/run/canary.py)
+            extra.update(self.canary.after_sync(self.model))
         if self.producer is not None:  # the rollout thread takes these weights at its next batch
             extra["async/weight_copy_s"] = self.producer.publish(self.model, self.version)
         shards = dist.gather_to_main(StepShard(
