@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl.run.alarms import ALARMS
+from agentrl.run.alarms import ALARMS, SYNC_ALARMS
 from agentrl.run.metrics import read_metrics
 
 _RULE = "─" * 60
@@ -119,7 +119,7 @@ def alarms(rows: list[dict]) -> list[str]:
             if k.startswith("alarm/") and v:
                 steps.setdefault(k.removeprefix("alarm/"), []).append(int(r["step"]))
     return [f"{name} at step{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}: "
-            f"{ALARMS.get(name, 'see the console')}; docs/alarms.md" for name, at in steps.items()]
+            f"{ALARMS.get(name) or SYNC_ALARMS.get(name, 'see the console')}; docs/alarms.md" for name, at in steps.items()]
 
 
 def warnings(evals: list[dict], steps: list[dict], run_dir: Path | str = "RUN") -> list[str]:

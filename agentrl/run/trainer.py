@@ -33,7 +33,7 @@ from agentrl.run.checkpoint import TrainState, load_checkpoint_state, save_check
 from agentrl.run.collect import collect_step, draw_tasks, step_metrics
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
 from agentrl.run.evaluate import EvalResult, evaluate
-from agentrl.rollout.agent_runner import agent_metrics
+from agentrl.rollout.agent_runner import AgentStopError, agent_metrics
 from agentrl.run.metrics import MetricsWriter, plot_curves, read_metrics, truncate_metrics
 from agentrl.run.optim import build_optimizer
 from agentrl.run.producer import RolloutProducer, batch_metrics, describe_async, resolve_async, split_stale, with_lines
@@ -385,7 +385,7 @@ class Trainer:
                     self._checkpoint()
                 if self.main:
                     plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "plots" / "curves.png", cfg.name)
-        except InfraStopError:  # the step changed nothing: its starting state is a clean resume point
+        except (InfraStopError, AgentStopError):  # the step changed nothing: its start is a clean resume point
             if self.dist.world_size == 1 and self.state.step > 0:
                 self._checkpoint()
             raise
