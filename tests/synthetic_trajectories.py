@@ -211,3 +211,20 @@ def known_example() -> KnownExample:
         sample_index=2, finish_reason="stop", policy_version=7,
     )
     return KnownExample(t, {i: text for i, text, _ in pieces})
+
+
+def seeded_update_batch(rewards: list[list[float]], seed: int = 0) -> list[Trajectory]:
+    """Seeded trajectories for update tests, one group per row of ``rewards``: a prompt, a model
+    turn, 3 tool tokens (untrained), a model turn; synthetic sampler log-probs."""
+    rng, out = random.Random(seed), []
+    for g, group in enumerate(rewards):
+        prompt = [1] + [rng.randrange(11, 1000) for _ in range(5)]
+        for i, r in enumerate(group):
+            ids, mask = list(prompt), [0] * len(prompt)
+            for kind, n in (("model", rng.randint(3, 8)), ("tool", 3), ("model", rng.randint(2, 5))):
+                ids += [rng.randrange(11, 1000) for _ in range(n)]
+                mask += [int(kind == "model")] * n
+            lps = [-rng.uniform(0.1, 3.0) if k else 0.0 for k in mask]
+            out.append(Trajectory(ids, len(prompt), mask, lps, [Span(0, len(prompt), "prompt")], [],
+                                  verdict=Verdict(r), group_id=f"g{g}", sample_index=i, task_id=f"t{g}"))
+    return out

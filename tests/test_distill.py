@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from synthetic_trajectories import seeded_update_batch
 import torch
 
 from agentrl.algo.distill import distill_advantages, reverse_kl_tokens
@@ -269,19 +271,7 @@ def test_an_unloadable_teacher_names_its_key(tmp_path):
 
 
 def _batch(rewards: list[list[float]], seed: int = 0) -> list[Trajectory]:
-    """Seeded trajectories: prompt, model turn, tool output (untrained), model turn."""
-    rng, out = random.Random(seed), []
-    for g, group in enumerate(rewards):
-        prompt = [1] + [rng.randrange(11, 1000) for _ in range(5)]
-        for i, r in enumerate(group):
-            ids, mask = list(prompt), [0] * len(prompt)
-            for kind, n in (("model", rng.randint(3, 8)), ("tool", 3), ("model", rng.randint(2, 5))):
-                ids += [rng.randrange(11, 1000) for _ in range(n)]
-                mask += [int(kind == "model")] * n
-            lps = [-rng.uniform(0.1, 3.0) if k else 0.0 for k in mask]
-            out.append(Trajectory(ids, len(prompt), mask, lps, [Span(0, len(prompt), "prompt")], [],
-                                  verdict=Verdict(r), group_id=f"g{g}", sample_index=i, task_id=f"t{g}"))
-    return out
+    return seeded_update_batch(rewards, seed)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ import math
 import random
 
 import pytest
+
+from synthetic_trajectories import seeded_update_batch
 import torch
 
 from agentrl.algo.grpo import PolicyLossOutput, aggregate, kl_penalty, policy_loss, truncated_is_weights
@@ -447,20 +449,7 @@ def test_the_registry():
 
 
 def _trajs(seed: int = 0):
-    from agentrl.types import Span, Trajectory, Verdict
-
-    rng, out = random.Random(seed), []
-    for g, rewards in enumerate([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0]]):
-        prompt = [1] + [rng.randrange(11, 1000) for _ in range(5)]
-        for i, r in enumerate(rewards):
-            ids, mask = list(prompt), [0] * len(prompt)
-            for kind, n in (("model", rng.randint(3, 8)), ("tool", 3), ("model", rng.randint(2, 5))):
-                ids += [rng.randrange(11, 1000) for _ in range(n)]
-                mask += [int(kind == "model")] * n
-            lps = [-rng.uniform(0.1, 3.0) if k else 0.0 for k in mask]
-            out.append(Trajectory(ids, len(prompt), mask, lps, [Span(0, len(prompt), "prompt")], [],
-                                  verdict=Verdict(r), group_id=f"g{g}", sample_index=i, task_id=f"t{g}"))
-    return out
+    return seeded_update_batch([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0]], seed)
 
 
 @pytest.fixture(scope="module")
