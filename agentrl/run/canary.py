@@ -86,6 +86,10 @@ def trainer_scores(model, ids: list[int], device, autocast: str = "none") -> lis
         return score_tokens(model, mb, 1.0, autocast)[0][0].tolist()
     finally:
         model.train(was)
+        # FSDP2 keeps the root's parameters unsharded after a forward that no backward follows:
+        # left so, the next clip_grad_norm_ meets plain tensors beside DTensors
+        if hasattr(model, "reshard"):
+            model.reshard()
 
 
 def low_precision(cfg, plan, model) -> bool:
