@@ -127,8 +127,7 @@ def compute_advantages(trajs: list[Trajectory], objective: Objective) -> tuple[G
     for t in trajs:
         if (t.group_id, t.sample_index) not in failed:
             ran.setdefault(t.group_id, set()).add(t.sample_index)
-    groups = {t.group_id for t in trajs}
-    dropped = {g for g in groups if len(ran.get(g, ())) < 2 and any(k[0] == g for k in failed)}
+    dropped = {g for g, _ in failed if len(ran.get(g, ())) < 2}  # only failures leave a group short
     inside = [(t.group_id, t.sample_index) not in failed and t.group_id not in dropped for t in trajs]
     if all(inside):
         return _advantages(trajs, objective)
