@@ -265,7 +265,7 @@ def _worker(batch_path: str, out_dir: str, ckpt_run: str) -> None:
     from agentrl.run.build import load_model_and_tokenizer
     from agentrl.run.checkpoint import TrainState, latest_checkpoint
     from agentrl.run.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-    from agentrl.scale.distributed import gather_to_main, init_distributed
+    from agentrl.scale.distributed import barrier, gather_to_main, init_distributed, shutdown
     from agentrl.models.tiny import ensure_tiny_model
     from agentrl.scale.parallel import prepare_policy, prepare_reference
     from agentrl.run.optim import build_optimizer
@@ -317,6 +317,10 @@ def _worker(batch_path: str, out_dir: str, ckpt_run: str) -> None:
                              "optim": full_optim(model2, opt2), "lr": sched2.get_last_lr()}
     if info.is_main:
         torch.save(result, Path(out_dir) / f"world{info.world_size}.pt")
+    # A rank that exits with its gloo group alive, while another still works, can abort in the
+    # group's destructor ("terminate called without an active exception"): leave together.
+    barrier()
+    shutdown()
 
 
 def _launch(args: list[str], nproc: int, cwd: Path, timeout: float = 600) -> float:
