@@ -37,6 +37,12 @@ def draw_tasks(pool: list[Task], seed: int, step: int, n: int, draw: int = 0) ->
     return [rng.choice(pool) for _ in range(n)]
 
 
+def draw_seed(cfg: Config, step: int, draw: int, rank: int = 0) -> int:
+    """The rollout seed of ``step``'s draw ``draw`` on ``rank`` (its attempt-turn seeds follow:
+    ``agentrl.engines.base.attempt_seed``)."""
+    return cfg.seed * 7 + step * 131 + draw + RANK_SEED_STRIDE * rank
+
+
 def signal_groups(trajs: list[Trajectory]) -> int:
     """Groups whose attempts do not all have the same reward (the ones GRPO learns from),
     among the attempts that ran (infrastructure failures have no reward) in groups of 2 or more."""
@@ -72,7 +78,7 @@ def collect_step(cfg: Config, env, pool: list[Task], tasks_by_id: dict[str, Task
         tasks = dist.shard_whole_groups(draw_tasks(pool, cfg.seed, step, cfg.train.prompts_per_step, draws),
                                         rank, world)
         batch = rollout_scored(runner, env, tasks_by_id, tasks, G, env.system_prompt,
-                               seed=cfg.seed * 7 + step * 131 + draws + RANK_SEED_STRIDE * rank,
+                               seed=draw_seed(cfg, step, draws, rank),
                                group_prefix=f"s{step}d{draws}/", policy=policy)
         t_roll += batch.stats.total_s
         t_tools += batch.stats.tools_s

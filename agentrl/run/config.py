@@ -133,6 +133,9 @@ class TrainConfig:
     checkpoint_every: int = 10  # steps between checkpoints (0 = every step); the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept in <run>/checkpoints (0 = all)
     log_rollouts: bool = True  # write each step's trajectories to <run>/rollouts/step_XXXXXX.jsonl
+    # write <run>/tape/step_XXXXXX.json: seeds, batch composition, every tool call, the update's
+    # loss, grad norm and parameter digest (what `agentrl replay` needs; docs/replay.md)
+    tape: bool = True
     # Asynchronous rollouts (docs/async.md): a rollout thread samples up to this many optimizer
     # steps ahead of the trainer; 0 = the synchronous loop (sample, then update, in turn).
     max_staleness: int = 0

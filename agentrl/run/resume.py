@@ -7,7 +7,7 @@ to find the run; where it differs from the run's settings the run's win, and a l
 
 A resume may change only the keys of :data:`RESUMABLE`, which change neither the objective
 nor the data: ``train.steps`` (extend a run, or stop it earlier, never before its last
-checkpoint), ``train.checkpoint_every``, ``train.keep_checkpoints``, ``train.log_rollouts``,
+checkpoint), ``train.checkpoint_every``, ``train.keep_checkpoints``, ``train.log_rollouts``, ``train.tape``,
 ``train.micro_batch_tokens`` (memory; the same update up to float order) and
 ``model.num_threads`` (speed), ``alarms.on_alarm`` and ``alarms.disable`` (go on after an
 alarm stopped the run). ``resume`` and ``output_dir`` only locate the run. Any other
@@ -32,6 +32,7 @@ RESUMABLE: dict[str, str] = {
     "train.checkpoint_every": "how often checkpoints are written",
     "train.keep_checkpoints": "how many checkpoints are kept",
     "train.log_rollouts": "whether step rollouts are written",
+    "train.tape": "whether the step tape (agentrl replay) is written",
     "train.micro_batch_tokens": "memory per forward (the same update up to float order)",
     "model.num_threads": "CPU threads (speed only)",
     "alarms.on_alarm": "whether an alarm stops the run (go on after alarms.on_alarm=stop)",

@@ -46,6 +46,7 @@ from agentrl.run.reference import build_reference, build_teacher, check_distill
 from agentrl.run.alarms import AlarmMonitor, AlarmStop
 from agentrl.run.canary import WeightCanary
 from agentrl.run.retry import InfraStopError, RetryPolicy, stop_on_infra_failures
+from agentrl.run.tape import TapeRecorder
 from agentrl.run.resume import find_resume_checkpoint
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
 from agentrl.types import Task, Trajectory, write_jsonl
@@ -188,6 +189,10 @@ class Trainer:
         self.canary = WeightCanary.for_trainer(self)  # does the engine sample the trainer's weights?
         self.canary.baseline(self.model)  # engine and trainer hold the same weights here
         self.step_trajectories: list[Trajectory] = []  # the last step's, merged: alarms quote them
+        # the step tape (agentrl/run/tape.py): what `agentrl replay` needs besides the rollouts
+        self.tape = TapeRecorder(self.cfg, self.tokenizer, self.chat, self.train_tasks) if self.cfg.train.tape else None
+        if self.tape is not None:
+            self.tape.attach(self.toolbox)
 
     def _base_model_path(self) -> str:
         """The step-0 policy; rank 0 builds any cached artifact (tiny model, warm start) first."""
@@ -284,6 +289,10 @@ class Trainer:
             extra.update(self.canary.after_sync(self.model))
         if self.producer is not None:  # the rollout thread takes these weights at its next batch
             extra["async/weight_copy_s"] = self.producer.publish(self.model, self.version)
+        if self.tape is not None:  # one version sampled the whole batch (async runs too)
+            extra.update(self.tape.step_done(step, trajs[0].policy_version if trajs else self.version - 1,
+                                             int(timing["batch/draws"]), st.loss, st.grad_norm,
+                                             self.scheduler.get_last_lr()[0], self.model))
         shards = dist.gather_to_main(StepShard(
             trajectories=trajs, zero_variance_groups=int(adv.zero_variance.sum()), groups=len(adv.zero_variance),
             dropped_zero_variance=filt.dropped_zero_variance, masked_truncated=filt.masked_truncated,
@@ -318,6 +327,8 @@ class Trainer:
             rt.model.to(self.plan.compute_dtype)
             slots = WeightSlots(rt.model, copy.deepcopy(rt.model), self.model, version=version)
             runner = rt.runner
+            if self.tape is not None:  # its calls are the step's data too
+                self.tape.attach(rt.toolbox)
         else:  # vLLM: one engine per process, driven by the rollout thread; slots in host memory
             if not self.plan.plain:
                 raise ConfigError("train.max_staleness > 0 with an engine that keeps its own weights (vLLM) needs "

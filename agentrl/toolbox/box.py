@@ -49,6 +49,7 @@ from typing import Any, Callable
 from agentrl.toolbox.faults import FaultPlan
 from agentrl.toolbox.output import cap_tokens
 from agentrl.toolbox.schema import coerce_integers, signature_hint
+from agentrl.toolbox.tape import ToolTape
 from agentrl.toolbox.threads import ToolTimeout, call_in_worker
 from agentrl.toolbox.tool import Tool, ToolContext, ToolResult, await_with_limit
 from agentrl.types import Failure, InfraError
@@ -94,6 +95,7 @@ class ToolBox:
         # infra_backoff_s, doubled each time: the attempt goes on, and nothing is resampled.
         self.infra_retries = infra_retries
         self.infra_backoff_s = infra_backoff_s
+        self.tape: ToolTape | None = None  # the run's tape of calls (agentrl.toolbox.tape); None: calls only run
 
     def schemas(self) -> list[dict[str, Any]]:
         """The schema of every tool, in order, for the chat template's ``tools=`` argument."""
@@ -106,7 +108,14 @@ class ToolBox:
 
     async def execute(self, name: str, arguments: dict[str, Any] | str, context: ToolContext) -> ToolResult:
         """Run one call and describe the outcome to the model. Never raises (except when the
-        caller cancels it). ``arguments`` may also be the raw JSON text of the call."""
+        caller cancels it). ``arguments`` may also be the raw JSON text of the call. With a
+        ``tape`` set (a run's record, or a replay: ``agentrl.toolbox.tape``) the call goes
+        through it: recorded, served from the tape, or run and compared."""
+        if self.tape is not None:
+            return await self.tape.through(self._execute, name, arguments, context)
+        return await self._execute(name, arguments, context)
+
+    async def _execute(self, name: str, arguments: dict[str, Any] | str, context: ToolContext) -> ToolResult:
         start = time.perf_counter()
 
         retried: list[Failure] = []  # this call's infrastructure failures that were retried in place
