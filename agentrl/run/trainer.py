@@ -27,7 +27,9 @@ import torch
 from tqdm.auto import tqdm
 
 from agentrl.algo.objective import Objective
-from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
+from agentrl.algo.filters import FilterResult
+from agentrl.algo.grpo import GroupAdvantages
+from agentrl.algo.update import UpdateSettings, UpdateStats, compute_advantages, grpo_update
 from agentrl.run.build import build_runtime, make_env, resolve_model_path
 from agentrl.run.checkpoint import TrainState, load_checkpoint_state, save_checkpoint
 from agentrl.run.collect import collect_step, draw_tasks, step_metrics
@@ -74,9 +76,10 @@ class TrainResult:
 class Trainer:
     """Owns the model, engine, environment and run directory of one training run."""
 
-    def __init__(self, cfg: Config, *, log=print):
+    def __init__(self, cfg: Config, *, log=print, start_from: Path | None = None):
+        """``start_from``: a checkpoint to start from instead of the run's own (``agentrl replay``)."""
         self._init_process(cfg, log)
-        ckpt = self._find_checkpoint()
+        ckpt = start_from if start_from is not None else self._find_checkpoint()
         self._build_policy(ckpt)
         self._build_reference(ckpt)
         self._load_tasks()
@@ -271,19 +274,8 @@ class Trainer:
             self.engine.sleep()  # e.g. vLLM with enable_sleep_mode frees its GPU memory
         stop_on_infra_failures(trajs, cfg.train.max_infra_fail_frac, step,
                                lambda all_trajs: self._write_rollouts(step, all_trajs))
-        adv, filt = compute_advantages(trajs, self.objective)  # groups are whole on each rank
-        keep = filt.keep.tolist()
-        for t, k in zip(trajs, keep):
-            if not k and t.failure is None:
-                t.trained.filtered = True
         t1 = time.perf_counter()
-        st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
-                         self.update_settings, ref_model=self.ref_model, teacher_model=self.teacher_model)
-        if self._producer_owns_engine:  # the rollout thread pushes published weights itself
-            self.version += 1
-        else:
-            self.sync(self.model)
-            self.version = self.engine.policy_version
+        adv, filt, st = self.update(trajs)
         t_update = time.perf_counter() - t1
         if not self._producer_owns_engine:  # the weight_sync alarm's figures (agentrl/run/canary.py)
             extra.update(self.canary.after_sync(self.model))
@@ -314,6 +306,23 @@ class Trainer:
         m["time/trainer_wait"] = waited
         m["time/trainer_wait_frac"] = waited / m["time/step"]
         return m
+
+    def update(self, trajs: list[Trajectory]) -> tuple[GroupAdvantages, FilterResult, UpdateStats]:
+        """Advantages, the objective's filters, one optimizer step on this rank's ``trajs``
+        (whole groups); then the engine samples the new weights and the version goes up."""
+        adv, filt = compute_advantages(trajs, self.objective)
+        keep = filt.keep.tolist()
+        for t, k in zip(trajs, keep):
+            if not k and t.failure is None:
+                t.trained.filtered = True
+        st = grpo_update(self.model, self.optimizer, self.scheduler, trajs, keep, self.objective,
+                         self.update_settings, ref_model=self.ref_model, teacher_model=self.teacher_model)
+        if self._producer_owns_engine:  # the rollout thread pushes published weights itself
+            self.version += 1
+        else:
+            self.sync(self.model)
+            self.version = self.engine.policy_version
+        return adv, filt, st
 
     # -- the loop -------------------------------------------------------------------------
 
