@@ -30,6 +30,7 @@ NEEDS = {
     "agentrl.envs.math": ("math_verify", "math"),
     "agentrl.envs.math_check": ("math_verify", "math"),
     "agentrl.envs.math_check.check_equivalence": ("math_verify", "math"),
+    "agentrl.envs.reasoning_gym": ("reasoning_gym", "reasoning-gym"),
 }
 OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

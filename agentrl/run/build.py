@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from agentrl.env import HasAgent, HasAnswerPattern, HasDemonstrations
-from agentrl.envs import BUILTIN_ENVS
+from agentrl.envs import BUILTIN_ENVS, ENV_PREFIXES
 from agentrl.run.config import Config, ConfigError
 
 if TYPE_CHECKING:  # types only: build_runtime imports what it builds when it builds it
@@ -95,8 +95,15 @@ def _import_module_or_file(name: str):
 
 
 def make_env(cfg: Config):
-    """Instantiate the environment named in ``cfg.env`` with ``cfg.env.args``."""
-    target = BUILTIN_ENVS.get(cfg.env.name, cfg.env.name)
+    """Instantiate the environment named in ``cfg.env`` with ``cfg.env.args``; a name
+    ``PREFIX:SPEC`` with a prefix of ``ENV_PREFIXES`` passes SPEC as that class's keyword."""
+    target, args = BUILTIN_ENVS.get(cfg.env.name, cfg.env.name), dict(cfg.env.args)
+    prefix, sep, spec = cfg.env.name.partition(":")
+    if sep and prefix in ENV_PREFIXES:
+        target, keyword = ENV_PREFIXES[prefix]
+        if keyword in args:
+            raise ConfigError(f"env.name={cfg.env.name!r} names the {keyword} and env.args.{keyword} does too; keep one")
+        args[keyword] = spec
     if ":" not in target:
         raise ConfigError(
             f"env.name={cfg.env.name!r} is not a built-in environment ({', '.join(BUILTIN_ENVS)}) "
@@ -112,7 +119,7 @@ def make_env(cfg: Config):
         raise ConfigError("env.args.tool_timeout is no longer read: a tool call's time limit has one "
                           "source, tools.timeout (e.g. `tools: {timeout: 10}`); move the value there")
     try:
-        return cls(**cfg.env.args)
+        return cls(**args)
     except TypeError as e:
         raise ConfigError(f"env.args do not fit {cls_name}: {e}") from e
 

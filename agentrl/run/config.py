@@ -71,7 +71,8 @@ class ModelConfig:
 @dataclass
 class EnvConfig:
     # built-in name, "package.module:Class" (a module on sys.path or ./package/module.py) or
-    # "path/to/file.py:Class" (a file; its folder goes on sys.path, so it imports its neighbours)
+    # "path/to/file.py:Class" (a file; its folder goes on sys.path, so it imports its neighbours),
+    # or a prefixed family: "reasoning_gym:NAME[,NAME...]" (reasoning-gym datasets, docs/reasoning_gym.md)
     name: str = "arithmetic"
     args: dict[str, Any] = field(default_factory=dict)  # constructor keyword arguments
 
