@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train | eval | inspect | check-template | serve | audit-env | config."""
+"""The ``agentrl`` command: train | eval | inspect | check-template | serve | audit-env | replay | config."""
 
 from __future__ import annotations
 
@@ -84,6 +84,15 @@ def _cmd_audit_env(args: argparse.Namespace) -> int:
     return run_audit(args.env, num_tasks=args.tasks, env_args=env_args, as_json=args.json, only=only)
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from agentrl.run.replay import last_taped_step, replay_step
+
+    step = last_taped_step(args.run) if args.step == "last" else int(args.step)
+    report = replay_step(args.run, step, live_tools=args.live_tools, rollout=not args.no_rollout,
+                         update=not args.no_update)
+    return 0 if report.ok else 1
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     from agentrl.run.config_doc import render_markdown, render_text
 
@@ -146,6 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--only", default=None, metavar="NAMES", help="comma-separated exploit names to run")
     a.add_argument("--json", action="store_true", help="print the report as JSON")
     a.set_defaults(fn=_cmd_audit_env)
+    r = sub.add_parser("replay", help="re-run a recorded step from the run's tape; exit 1 where it differs",
+                       epilog="What is recorded and what is guaranteed: docs/replay.md.")
+    r.add_argument("run", help="the run directory")
+    r.add_argument("--step", required=True, help="the step to replay (a number, or last)")
+    r.add_argument("--live-tools", action="store_true",
+                   help="run the tool calls again instead of serving them from the tape, and report where they differ")
+    r.add_argument("--no-rollout", action="store_true", help="replay only the update")
+    r.add_argument("--no-update", action="store_true", help="replay only the rollout")
+    r.set_defaults(fn=_cmd_replay)
     g = sub.add_parser("config", help="the config reference: every key with its type, default and meaning")
     g.add_argument("section", nargs="?", default=None,
                    help="one section (model, env, rollout, algo, train, ...) or one key (algo.eps_high)")

@@ -169,6 +169,7 @@ def replay_step(run_dir: str | Path, step: int, *, live_tools: bool = False, rol
 
 def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Path, live_tools: bool, rollout: bool,
             update: bool, log) -> ReplayReport:
+    from agentrl.rollout.agent_runner import AgentRunner
     from agentrl.run.trainer import Trainer
 
     cfg = load_config(str(run_dir / "config.yaml"), [f"output_dir={scratch / 'run'}", "resume=false",
@@ -179,6 +180,9 @@ def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Pat
         if s <= min(target, step - 1):
             start_step, ckpt = s, path
     trainer = Trainer(cfg, log=lambda *a, **k: None, start_from=ckpt)
+    if rollout and isinstance(trainer.runner, AgentRunner):
+        raise ConfigError("rollout replay of an agent written against the OpenAI API is not supported: its tools "
+                          "run inside the agent's own code, not on the tape; --no-rollout replays the update")
     report = ReplayReport(step, str(ckpt) if ckpt else "step 0 (the base policy)")
     _check_hashes(tape, recorded_cfg, trainer, report)
     _check_threads(tape, report)
@@ -196,6 +200,14 @@ def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Pat
     trainer.toolbox.tape = None
     log(report.describe())
     return report
+
+
+def last_taped_step(run_dir: str | Path) -> int:
+    """The newest step of the run that has a tape."""
+    steps = sorted(int(p.stem.rsplit("_", 1)[1]) for p in (Path(run_dir) / "tape").glob("step_*.json"))
+    if not steps:
+        raise ConfigError(f"{run_dir} has no tape/ (a run made with train.tape=false, or not a run directory)")
+    return steps[-1]
 
 
 def _recorded(run_dir: Path, step: int) -> list[Trajectory]:

@@ -1,0 +1,274 @@
+"""The tape and `agentrl replay`: real runs of the CPU example recorded, then replayed.
+
+Each run is 3 steps of the CI example with the warm start of tests/test_async.py (its model
+calls the python tool, so the tape holds real calls). A replay must give the same token ids,
+log-probs (bit-exact in the lock-step loop, within ATTEMPT_LOOP_TOL in the per-attempt loop),
+tool calls, rewards, loss, gradient norm and parameter digest; a tampered tape or rollout
+must be reported at the exact attempt, token or call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.run.tape import CallRecord, StepTape, read_step_tape, step_of, tape_path
+from agentrl.toolbox import ToolBox, tool
+from agentrl.toolbox.tape import ToolTape
+from agentrl.types import Failure, read_jsonl, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[1]
+CI_CFG = ROOT / "examples" / "arithmetic_ci.yaml"
+TOOL_WARM_START = ["warmstart.enabled=true", "warmstart.num_demos=512", "warmstart.steps=200", "warmstart.lr=0.002",
+                   "warmstart.batch_size=16", "warmstart.corruption=0.0", "rollout.max_new_tokens=96",
+                   "rollout.max_total_tokens=600"]
+
+
+def _train(run: Path, *overrides: str) -> Path:
+    from agentrl.run.config import load_config
+    from agentrl.run.trainer import Trainer
+
+    cfg = load_config(CI_CFG, [f"output_dir={run}", "train.steps=3", "eval.at_start=false", "eval.every=0",
+                               "eval.num_tasks=4", "train.checkpoint_every=2", "train.keep_checkpoints=0",
+                               *TOOL_WARM_START, *overrides])
+    Trainer(cfg).train()
+    return run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("replay")
+    return {"attempt": _train(d / "attempt"), "lockstep": _train(d / "lockstep", "rollout.loop=lockstep")}
+
+
+def _replay(run: Path, step: int, **kw):
+    from agentrl.run.replay import replay_step
+
+    lines: list[str] = []
+    report = replay_step(run, step, log=lines.append, **kw)
+    return report, "\n".join(lines)
+
+
+# -- the tape ---------------------------------------------------------------------------------
+
+
+def test_the_tape_holds_the_steps_draws_calls_and_update(runs):
+    run = runs["attempt"]
+    for step in (1, 2, 3):
+        tape = read_step_tape(run, step)
+        rollouts = read_jsonl(str(run / "rollouts" / f"step_{step:06d}.jsonl"))
+        assert tape.step == step and tape.sampled_under == step - 1 and tape.world_size == 1
+        first = [t for t in rollouts if t.group_id.startswith(f"s{step}d0/")]
+        assert tape.draws[0].task_ids == [t.task_id for t in first if t.sample_index == 0]
+        assert [d.group_prefix for d in tape.draws] == [f"s{step}d{k}/" for k in range(len(tape.draws))]
+        # every call the trajectories show is on the tape, with what the model read (a call the
+        # model wrote that could not be parsed never reaches a tool: its tokens say it all)
+        seen = {(t.group_id, t.sample_index, k): c for t in rollouts
+                for k, c in enumerate(x for x in t.tool_calls if x.error != "parse_error")}
+        taped = {(c.trajectory_id.rsplit("/", 1)[0], int(c.trajectory_id.rsplit("/", 1)[1]), c.index): c
+                 for c in tape.calls}
+        assert seen and seen.keys() == taped.keys()
+        for k, c in seen.items():
+            assert (taped[k].name, taped[k].arguments, taped[k].content, taped[k].error) == \
+                (c.name, c.arguments, c.result, c.error)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["tape/bytes"] == tape_path(run, r["step"]).stat().st_size for r in rows)
+    assert tape.update.params[0] != read_step_tape(run, 2).update.params[0]  # the step changed the weights
+
+
+def test_tape_json_round_trip_keeps_failures_and_retries():
+    rec = CallRecord("s2d1/t0/3", 7, 1, "python", {"code": "print(1)"}, "Error: outage", "infra", 0.5,
+                     failure=Failure("tool:python", "sandbox_killed", "killed"),
+                     retried=[Failure("tool:python", "injected", "x")])
+    tape = StepTape.from_json(StepTape(step=2, sampled_under=1, world_size=1, num_threads=1,
+                                       hashes=read_hashes(), draws=[], calls=[rec]).to_json())
+    assert tape.calls == [rec]
+    assert step_of("s12d0/t3/1") == 12 and step_of("eval/t3/0") is None
+
+
+def read_hashes():
+    from agentrl.run.tape import RunHashes
+
+    return RunHashes("a", "b", "c")
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add.
+
+    Args:
+        a: x
+        b: y
+    """
+    return a + b
+
+
+def test_tool_tape_serves_numbered_calls_and_reports_every_kind_of_divergence():
+    box = ToolBox([add])
+    box.tape = ToolTape()
+    ctx = box.new_context("s1d0/t0/0", 5)
+    for a in (1, 2):
+        asyncio.run(box.execute("add", {"a": a, "b": 10}, ctx))
+    asyncio.run(box.execute("add", {"a": 9, "b": 9}, box.new_context("s1d0/t0/0", 6)))  # a retry round's seed
+    asyncio.run(box.execute("add", {"a": 0, "b": 0}, box.new_context("eval/t0/0", 5)))
+    box.tape.discard(lambda tid: step_of(tid) is None)
+    calls = box.tape.take(lambda tid: step_of(tid) == 1)
+    assert [(c.seed, c.index, c.content) for c in calls] == [(5, 0, "11"), (5, 1, "12"), (6, 0, "18")]
+
+    box.tape = ToolTape("serve", [*calls[:1], CallRecord(**{**calls[1].__dict__, "content": "999"}), calls[2]])
+    ctx = box.new_context("s1d0/t0/0", 5)
+    assert asyncio.run(box.execute("add", {"a": 1, "b": 10}, ctx)).content == "11"
+    assert asyncio.run(box.execute("add", {"a": 2, "b": 10}, ctx)).content == "999"  # served, not run
+    r = asyncio.run(box.execute("add", {"a": 3, "b": 10}, ctx))  # a third call the tape does not have
+    assert r.error == "infra" and r.failure.cause == "not_on_tape"
+    assert [(d.index, d.what) for d in box.tape.divergences] == [(2, "missing")]
+    asyncio.run(box.execute("add", {"a": 1, "b": 1}, box.new_context("s1d0/t0/0", 6)))
+    assert box.tape.divergences[-1].what == "call" and "{'a': 9, 'b': 9}" in box.tape.divergences[-1].recorded
+
+    box.tape = ToolTape("live", calls[:2])
+    ctx = box.new_context("s1d0/t0/0", 5)
+    asyncio.run(box.execute("add", {"a": 1, "b": 10}, ctx))
+    box.tape._calls[("s1d0/t0/0", 5, 1)].content = "13"
+    assert asyncio.run(box.execute("add", {"a": 2, "b": 10}, ctx)).content == "12"  # live: run again
+    d = box.tape.divergences
+    assert [(x.index, x.what, x.recorded, x.replayed) for x in d] == [(1, "content", "13", "12")]
+
+
+def test_params_digest_sees_one_bit():
+    import torch
+
+    from agentrl.run.tape import params_digest
+
+    m = torch.nn.Linear(3, 2)
+    before = params_digest(m)
+    with torch.no_grad():
+        w = m.weight.view(-1)
+        w[0] = torch.nextafter(w[0], torch.tensor(1e9))
+    assert params_digest(m) != before
+
+
+# -- replays of real runs -------------------------------------------------------------------------
+
+
+def test_lockstep_replay_is_bit_exact(runs):
+    report, text = _replay(runs["lockstep"], 3)
+    assert report.ok, text
+    r = report.rollout
+    assert r.loop == "lockstep" and r.attempts == 16 and r.bit_exact == 16 and r.max_logprob_diff == 0.0
+    assert r.calls_served > 0 and not r.call_divergences
+    assert report.update.equal and report.start.endswith("step_000002") and report.forward == []
+    assert "replay: identical" in text
+
+
+def test_attempt_loop_replay_has_the_tokens_and_the_update_exactly(runs):
+    from agentrl.run.replay import ATTEMPT_LOOP_TOL
+
+    report, text = _replay(runs["attempt"], 3)
+    assert report.ok, text
+    r = report.rollout
+    assert r.loop == "attempt" and r.equal == r.attempts == 16 and r.max_logprob_diff <= ATTEMPT_LOOP_TOL
+    assert report.update.equal
+    assert report.start.endswith("step_000002") and report.forward == []  # the checkpoint of step 2
+
+
+def test_replay_from_the_base_policy_rolls_forward_by_update_replay(runs):
+    report, text = _replay(runs["lockstep"], 2)
+    assert report.ok, text
+    assert report.start == "step 0 (the base policy)" and [u.step for u in report.forward] == [1]
+    assert report.rollout.bit_exact == 16
+
+
+def test_an_async_run_replays_under_its_own_policy_version(tmp_path):
+    run = _train(tmp_path / "async", "train.max_staleness=1", "train.checkpoint_every=100")
+    assert [read_step_tape(run, s).sampled_under for s in (1, 2, 3)] == [0, 0, 1]
+    report, text = _replay(run, 3)
+    assert report.ok, text
+    assert report.rollout.sampled_under == 1 and report.rollout.equal == 16
+    # rolled forward to version 1 for the rollout, then to 2 for the update of step 3
+    assert [u.step for u in report.forward] == [1, 2] and report.update.equal
+
+
+def test_infrastructure_faults_and_their_retries_replay_from_the_tape(tmp_path):
+    run = _train(tmp_path / "faults", "rollout.fault_rate=0.3", "rollout.infra_backoff_s=0", "tools.infra_backoff_s=0",
+                 "tools.infra_retries=1", "train.checkpoint_every=100", "train.steps=2")
+    tape = read_step_tape(run, 2)
+    assert any(c.error == "infra" for c in tape.calls) and any(c.retried for c in tape.calls)
+    report, text = _replay(run, 2)
+    assert report.ok, text
+
+
+# -- divergences are found where they are -------------------------------------------------------
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_changed_tool_output_is_reported_at_its_observation_token(runs, tmp_path):
+    run = _copy_run(runs["lockstep"], tmp_path / "run")
+    path = tape_path(run, 3)
+    tape = read_step_tape(run, 3)
+    victim = next(c for c in tape.calls if c.error is None)
+    victim.content = "77777777\n"
+    path.write_text(tape.to_json())
+    report, text = _replay(run, 3, update=False)
+    assert not report.ok and "replay: DIVERGED" in text
+    gid, idx = victim.trajectory_id.rsplit("/", 1)
+    hit = [d for d in report.rollout.divergences if (d.group_id, d.sample_index) == (gid, int(idx))]
+    assert hit and hit[0].what == "token" and hit[0].kind == "tool", text
+
+
+def test_a_changed_sampled_token_is_reported_at_its_position(runs, tmp_path):
+    run = _copy_run(runs["lockstep"], tmp_path / "run")
+    path = run / "rollouts" / "step_000003.jsonl"
+    trajs = read_jsonl(str(path))
+    t = trajs[5]
+    pos = next(i for i, m in enumerate(t.loss_mask) if m) + 1
+    t.token_ids[pos] = (t.token_ids[pos] + 1) % 50
+    write_jsonl(str(path), trajs)
+    report, text = _replay(run, 3, update=False)
+    (d,) = report.rollout.divergences
+    assert (d.group_id, d.sample_index, d.what, d.position, d.kind) == (t.group_id, t.sample_index, "token", pos,
+                                                                         "model"), text
+    assert report.rollout.equal == 15
+
+
+def test_a_changed_update_is_reported(runs, tmp_path):
+    run = _copy_run(runs["lockstep"], tmp_path / "run")
+    path = tape_path(run, 3)
+    tape = read_step_tape(run, 3)
+    tape.update.params = ["0" * 32]
+    path.write_text(tape.to_json())
+    report, text = _replay(run, 3, rollout=False)
+    assert not report.ok and not report.update.equal and "update of step 3: DIFFERS" in text
+
+
+def test_live_tools_report_where_the_tools_now_answer_otherwise(runs, tmp_path):
+    run = _copy_run(runs["lockstep"], tmp_path / "run")
+    path = tape_path(run, 3)
+    tape = read_step_tape(run, 3)
+    victim = next(c for c in tape.calls if c.error is None)
+    real = victim.content
+    victim.content = "not what the tool says\n"
+    path.write_text(tape.to_json())
+    report, text = _replay(run, 3, live_tools=True, update=False)
+    (d,) = report.rollout.call_divergences
+    assert (d.trajectory_id, d.index, d.what, d.replayed) == (victim.trajectory_id, victim.index, "content", real)
+    assert report.rollout.calls_served == 0 and report.rollout.equal == 16  # the live outputs are the recorded ones
+
+
+def test_cli_replay_exit_codes(runs, tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "agentrl", "replay", str(runs["lockstep"]), "--step", "last",
+                         "--no-rollout"], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "replay: identical" in ok.stdout, ok.stdout + ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "agentrl", "replay", str(tmp_path), "--step", "1"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "no tape for step 1" in bad.stderr
