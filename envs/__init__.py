@@ -21,6 +21,7 @@ BUILTIN_ENVS = {
     "search_qa": "agentrl.envs.search_qa:SearchQAEnv",
     "humaneval": "agentrl.envs.humaneval:HumanEvalEnv",
     "math": "agentrl.envs.math:MathEnv",
+    "bfcl": "agentrl.envs.bfcl:BFCLEnv",
 }
 
 # name prefix -> ("module:Class", keyword): env.name "PREFIX:SPEC" builds Class(keyword=SPEC, **env.args).
