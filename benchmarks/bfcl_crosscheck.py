@@ -371,6 +371,9 @@ def main() -> None:
         c["n"] += 1
         c["accepted"] += bool(verdict["valid"])
         c["agree"] += agree
+        if verdict["valid"] is False and not mine.valid:  # both reject: for the same reason?
+            c["rejected_both"] += 1
+            c["same_error_type"] += mine.error_type == verdict["error_type"]
         if not agree:
             disagreements.append((case, mine))
     n, agree = len(cases), sum(c["agree"] for c in by_kind.values())
@@ -379,6 +382,8 @@ def main() -> None:
     for kind, c in sorted(by_kind.items()):
         print(f"{kind:28s} {c['n']:5d} {c['accepted']:12d} {c['agree']:5d}")
     print(f"agreement: {agree}/{n}")
+    both = sum(c["rejected_both"] for c in by_kind.values())
+    print(f"same error type where both reject: {sum(c['same_error_type'] for c in by_kind.values())}/{both}")
     for case, mine in disagreements:
         print(f"DISAGREE {case['case']} {case['perturbation']}: BFCL {case['bfcl']} ({case['bfcl_error_type']}), "
               f"agentrl {mine.valid} ({mine.error_type}); calls {json.dumps(case['calls'])[:300]}")

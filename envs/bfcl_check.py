@@ -95,6 +95,8 @@ def check(category: str, functions: list[dict], possible_answer: list[dict], cal
     """
     if category == "irrelevance":
         return check_irrelevance(calls)
+    if not calls:  # a reply without calls is text, which BFCL fails to decode as calls
+        return CheckResult(False, "No function call.", "ast_decoder:decoder_failed")
     if any(not isinstance(args, dict) for _, args in calls):
         return CheckResult(False, "Did not output in the specified format.", "ast_decoder:decoder_wrong_output_format")
     if "parallel" in category:

@@ -27,7 +27,7 @@ def test_simple_needs_exactly_one_call():
     call = ("geo_area", {"base": 10, "height": 5})
     assert simple([call]).valid
     assert simple([call, call]).error_type == "simple_function_checker:wrong_count"
-    assert simple([]).error_type == "simple_function_checker:wrong_count"
+    assert simple([]).error_type == "ast_decoder:decoder_failed"  # no call: a text reply
 
 
 def test_multiple_checks_the_answers_function_among_several():
