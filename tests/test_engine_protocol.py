@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from gpu_check.engines import FixedTokensEngine  # noqa: E402
 from scripted_turns import ScriptedTurnsEngine  # noqa: E402
 
-OPTIONAL = {"score": "can_score"}  # declared only by the engines whose capability flag says so
+OPTIONAL = {"score": "can_score", "agenerate_stream": "streams"}  # declared only by the engines whose capability flag says so
 PROTOCOL_MEMBERS = (set(Engine.__annotations__) | {n for n, v in vars(Engine).items()
                                                    if not n.startswith("_") and callable(v)}) - set(OPTIONAL)
 METHODS = {"generate", "agenerate", "sync_weights", "sleep"}

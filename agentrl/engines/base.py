@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class EngineCapabilities:
     can_sleep: bool  # sleep() frees its accelerator memory for the update; generate() wakes it
     per_request_async: bool = False  # serves requests one by one while others are in flight
     can_score: bool = False  # score() gives teacher-forced log-probs under the weights it samples with
+    streams: bool = False  # agenerate_stream() hands over each token as it is sampled
 
 
 class Engine(Protocol):
@@ -74,9 +76,10 @@ class Engine(Protocol):
     counters (:class:`agentrl.engines.driver.BatcherStats`, read before and after a batch of
     ``agenerate`` calls); None for an engine without one.
 
-    ``score`` is the one optional member: only an engine whose ``capabilities.can_score`` is
-    True defines it, and callers read the flag first (the weight-sync canary,
-    ``agentrl.run.canary``, is skipped on the others).
+    ``score`` and ``agenerate_stream`` are the optional members: only an engine whose
+    ``capabilities.can_score`` (``capabilities.streams``) is True defines it, and callers read
+    the flag first (the weight-sync canary, ``agentrl.run.canary``, is skipped on the others;
+    the endpoint streams the others' completions in one piece once generated).
 
     A class in :mod:`agentrl.engines`' registry also offers the classmethod
     ``from_run(cfg, model, tokenizer, model_path)``, building it from a run config.
@@ -93,6 +96,13 @@ class Engine(Protocol):
     async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:
         """Sample one continuation of one prompt, batched with the other requests in flight
         (``capabilities.per_request_async``; otherwise it raises)."""
+        ...
+
+    async def agenerate_stream(self, prompt: list[int], params: SamplingParams,
+                               on_tokens: Callable[[list[int]], None]) -> Generation:
+        """Optional (``capabilities.streams``): ``agenerate``, also calling ``on_tokens(new_ids)``
+        on the caller's event loop as ids are sampled, every one of them before it returns. What
+        is sampled is exactly what ``agenerate`` samples (the live stream of the endpoint)."""
         ...
 
     def sync_weights(self, model=None) -> None:

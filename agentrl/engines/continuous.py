@@ -30,6 +30,7 @@ next step; its slot and KV are freed at the next compaction.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -49,6 +50,7 @@ class _Request:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None  # None while running; "cancelled" when its awaiter went away
+    on_tokens: Callable[[list[int]], None] | None = None  # called (on the caller's loop) with each sampled id
 
 
 class ContinuousBatcher:
@@ -74,9 +76,11 @@ class ContinuousBatcher:
     def idle(self) -> bool:
         return self.driver.idle
 
-    async def generate(self, prompt: list[int], params: SamplingParams) -> Generation:
-        """Sample one continuation of ``prompt``; other requests share the decode batch."""
-        return await self.driver.submit(_Request(list(prompt), params, self.driver.pending()))
+    async def generate(self, prompt: list[int], params: SamplingParams,
+                       on_tokens: Callable[[list[int]], None] | None = None) -> Generation:
+        """Sample one continuation of ``prompt``; other requests share the decode batch.
+        ``on_tokens``: called on the caller's loop with each id as it is sampled (streaming)."""
+        return await self.driver.submit(_Request(list(prompt), params, self.driver.pending(), on_tokens=on_tokens))
 
     def _serve(self) -> None:
         """One busy period: admit and step until nothing is queued or running."""
@@ -148,8 +152,11 @@ class ContinuousBatcher:
             tok, lp = sample_tokens(part, temperature=temperature, top_p=top_p, uniforms=u_all if whole else u_all[idx])
             tokens[idx] = tok
             for j, t, p in zip(idx, tok.tolist(), lp.tolist()):
-                self.rows[j].tokens.append(t)
-                self.rows[j].logprobs.append(p)
+                r = self.rows[j]
+                r.tokens.append(t)
+                r.logprobs.append(p)
+                if r.on_tokens is not None:
+                    r.pending.notify(r.on_tokens, [t])
         self._finish_rows(live)
         self.stats.steps += 1
         if all(r.finish for r in self.rows):

@@ -49,6 +49,14 @@ class Pending:
     def cancelled(self) -> bool:
         return self.future.cancelled()
 
+    def notify(self, callback: Callable[..., None], *args) -> None:
+        """Call ``callback(*args)`` on the requester's loop, from any thread (before a later
+        ``resolve``: the loop runs its callbacks in order)."""
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # that loop is closed: nobody listens any more
+            pass
+
     def resolve(self, result=None, error: BaseException | None = None) -> None:
         """Set the result (or the error) on the requester's loop; from any thread."""
 

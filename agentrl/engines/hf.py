@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
@@ -77,7 +78,7 @@ class HFEngine:
     """
 
     capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False,
-                                      per_request_async=True, can_score=True)
+                                      per_request_async=True, can_score=True, streams=True)
     policy_version: int
     batcher_stats: BatcherStats
 
@@ -243,6 +244,12 @@ class HFEngine:
         >>> [len(g.token_ids) for g in asyncio.run(two())]
         [3, 3]
         """
+        return await self.agenerate_stream(prompt, params, None)
+
+    async def agenerate_stream(self, prompt: list[int], params: SamplingParams,
+                               on_tokens: Callable[[list[int]], None] | None) -> Generation:
+        """``agenerate``, calling ``on_tokens([id])`` on the caller's loop after each decode step
+        (the request's own row only; the same draws, so the same tokens)."""
         validate_request([prompt], params)
         done = early_answer([prompt], params)
         if done is not None:
@@ -250,7 +257,7 @@ class HFEngine:
         with self._batcher_lock:
             if self._batcher is None:
                 self._batcher = ContinuousBatcher(self, self.batcher_stats)
-        return await self._batcher.generate(prompt, params)
+        return await self._batcher.generate(prompt, params, on_tokens)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (see ``agentrl.engines.base.Engine``)."""

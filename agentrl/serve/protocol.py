@@ -1,8 +1,7 @@
 """The OpenAI Chat Completions wire format: a request body checked into a typed request, and
 the response and error bodies.
 
-Streaming (``stream=true``) answers with the same completion as server-sent events once it is
-generated. Only what a token-exact trainer can honour is accepted; everything else is refused with an
+Streaming (``stream=true``) sends the content as it is sampled (``streaming.py``). Only what a token-exact trainer can honour is accepted; everything else is refused with an
 OpenAI-style 400 that names the parameter (``{"error": {"message", "type", "param", "code"}}``),
 never ignored silently.
 """
@@ -47,7 +46,7 @@ class ChatRequest:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     logprobs: bool = False
-    stream: bool = False  # answer as server-sent events (the whole completion, then [DONE])
+    stream: bool = False  # answer as server-sent events, live (streaming.py), then [DONE]
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
     tool_name: str | None = None  # the function a named tool_choice forces
 
@@ -298,25 +297,33 @@ def _logprobs_body(c: Completion) -> dict[str, Any]:
                         for text, lp in zip(c.token_texts, c.logprobs)]}
 
 
-def completion_chunks(c: Completion, model: str, want_logprobs: bool, include_usage: bool) -> list[dict[str, Any]]:
-    """The completion as ``chat.completion.chunk`` events, in the order OpenAI sends them: the
-    role, the content, the tool calls (each whole, with its index), the finish reason, and the
-    usage when asked for. Generation is not streamed token by token: the events follow it."""
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
+def chunk_head(model: str) -> dict[str, Any]:
+    """The fields every ``chat.completion.chunk`` of one streamed completion shares."""
+    return {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": model}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs=None) -> dict[str, Any]:
-        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
 
-    out = [chunk({"role": "assistant", "content": ""})]
-    if c.message.content:
-        out.append(chunk({"content": c.message.content}, logprobs=_logprobs_body(c) if want_logprobs else None))
+def chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = None, logprobs=None) -> dict[str, Any]:
+    return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+
+
+def completion_tail(c: Completion, head: dict[str, Any], rest: str, want_logprobs: bool,
+                    include_usage: bool) -> list[dict[str, Any]]:
+    """The chunks that end a streamed completion, in the order OpenAI sends them: the content
+    not sent yet (``rest``; with the per-token log-probs when asked for), the tool calls (each
+    whole, with its index), the finish reason with the sampled ``token_ids``, and the usage
+    when asked for."""
+    out = []
+    if rest or (want_logprobs and c.token_ids):
+        out.append(chunk(head, {"content": rest}, logprobs=_logprobs_body(c) if want_logprobs else None))
     if c.message.tool_calls:
-        out.append(chunk({"tool_calls": [
+        out.append(chunk(head, {"tool_calls": [
             {"index": i, "id": call.id, "type": "function",
              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
             for i, call in enumerate(c.message.tool_calls)]}))
-    out.append(chunk({}, c.finish_reason))
+    end = chunk(head, {}, c.finish_reason)
+    end["choices"][0]["token_ids"] = c.token_ids
+    out.append(end)
     if include_usage:
         out.append({**head, "choices": [], "usage": _usage(c)})
     return out

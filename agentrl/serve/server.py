@@ -4,8 +4,10 @@ uvicorn on 127.0.0.1 in a background thread.
 Routes (``{key}`` attributes a request to an attempt; the plain routes keep nothing):
 
 - ``POST /v1/chat/completions`` and ``POST /attempts/{key}/v1/chat/completions``
+- ``POST /v1/responses`` and ``POST /attempts/{key}/v1/responses`` (the Responses API)
 - ``GET /v1/models`` and ``GET /attempts/{key}/v1/models``
 
+``stream=true`` answers with server-sent events sent as the turn is sampled (``streaming.py``).
 Every failure is an OpenAI-style JSON error with a 4xx status (a bug of ours: 500, still JSON);
 bodies over ``max_body_bytes`` are refused with 413 before they are read whole.
 
@@ -24,8 +26,11 @@ import logging
 import threading
 import time
 
-from agentrl.serve.protocol import RequestError, completion_body, completion_chunks, parse_request
+from agentrl.serve.protocol import RequestError, completion_body, parse_request
+from agentrl.serve.response_body import new_id, response_body, response_events
+from agentrl.serve.responses import parse_responses_request
 from agentrl.serve.service import ChatService
+from agentrl.serve.streaming import LiveTokens, chat_events, start_live
 
 MAX_BODY_BYTES = 8 << 20
 log = logging.getLogger(__name__)
@@ -58,26 +63,45 @@ def build_app(service: ChatService, *, max_body_bytes: int = MAX_BODY_BYTES):
     """The Starlette application of ``service``."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
 
     budget = service.default_budget
+
+    def streamed(events) -> StreamingResponse:
+        return StreamingResponse(events, media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
     async def completions(request):
         key = request.path_params.get("key")
         try:
             body = await _read_json(request, max_body_bytes)
             req = parse_request(body, max_tokens_limit=budget.max_total_tokens)
+            model = req.model or service.model_name
+            if req.stream:
+                live = LiveTokens()
+                task = await start_live(service.complete(key, req, live), live)
+                return streamed(chat_events(service.chat, req, model, live, task))
             done = await service.complete(key, req)
         except RequestError as err:
             service.stats.refused += 1
             return _error(err)
-        model = req.model or service.model_name
-        if req.stream:
-            events = "".join(f"data: {json.dumps(e)}\n\n"
-                             for e in completion_chunks(done, model, req.logprobs, req.include_usage))
-            return Response(events + "data: [DONE]\n\n", media_type="text/event-stream")
         return JSONResponse(completion_body(done, model, req.logprobs))
+
+    async def responses(request):
+        key = request.path_params.get("key")
+        try:
+            body = await _read_json(request, max_body_bytes)
+            req = parse_responses_request(body, max_tokens_limit=budget.max_total_tokens)
+            model = req.chat.model or service.model_name
+            if req.chat.stream:
+                live, rid = LiveTokens(), new_id("resp")
+                task = await start_live(service.respond(key, req, live, rid), live)
+                return streamed(response_events(service.chat, req, model, rid, live, task))
+            rid, done = await service.respond(key, req)
+        except RequestError as err:
+            service.stats.refused += 1
+            return _error(err)
+        return JSONResponse(response_body(rid, req, done, model))
 
     async def models(request):
         return JSONResponse({"object": "list", "data": [
@@ -94,6 +118,8 @@ def build_app(service: ChatService, *, max_body_bytes: int = MAX_BODY_BYTES):
 
     routes = [Route("/v1/chat/completions", completions, methods=["POST"]),
               Route("/attempts/{key}/v1/chat/completions", completions, methods=["POST"]),
+              Route("/v1/responses", responses, methods=["POST"]),
+              Route("/attempts/{key}/v1/responses", responses, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/attempts/{key}/v1/models", models, methods=["GET"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})

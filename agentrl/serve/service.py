@@ -1,5 +1,7 @@
-"""Chat completions served from a rollout engine, each request attributed to an attempt whose
-tokens are captured exactly (see ``capture.py``).
+"""Chat completions and responses served from a rollout engine, each request attributed to an
+attempt whose tokens are captured exactly (see ``capture.py``). A Responses request
+(``responses.py``) becomes the same messages and tools as a Chat Completions one and goes
+through the same ``_complete``: one capture, one merge/split rule, one budget.
 
 Requests of one attempt run one at a time (an agent that sends two at once is served in
 arrival order); requests of different attempts run concurrently and are continuously batched
@@ -12,7 +14,8 @@ import asyncio
 import html
 import threading
 import uuid
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 from agentrl.chat import ChatTemplate, TemplateError
 from agentrl.chat.formats import PROBE_CALL, PROBE_TOOLS
@@ -20,6 +23,8 @@ from agentrl.engines.base import Engine, SamplingParams
 from agentrl.engines.base import attempt_seed
 from agentrl.serve.capture import AttemptCapture
 from agentrl.serve.protocol import ChatRequest, Completion, RequestError
+from agentrl.serve.responses import ResponsesRequest
+from agentrl.serve.streaming import LiveTokens
 from agentrl.types import Message
 
 
@@ -42,6 +47,12 @@ class _Attempt:
     budget: AttemptBudget
     requests: int = 0
     lock: asyncio.Lock | None = None  # created on the server's loop
+    # Its stored responses (``previous_response_id``): id -> the conversation through that
+    # response's output, without its instructions (OpenAI does not carry those over).
+    responses: dict[str, list[Message]] = field(default_factory=dict)
+
+
+PLAIN_RESPONSES_KEPT = 1024  # stored responses of the plain endpoint (agentrl serve), oldest out first
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,7 @@ class ChatService:
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
         self._forced: ForcedCall | str | None = None  # forced_call(chat), found on first use
+        self._plain_responses: OrderedDict[str, list[Message]] = OrderedDict()
 
     def forced_call(self) -> ForcedCall | str:
         if self._forced is None:
@@ -134,10 +146,10 @@ class ChatService:
 
     # -- requests (on the server's event loop) ------------------------------------------------
 
-    async def complete(self, key: str | None, req: ChatRequest) -> Completion:
-        """Serve one request; ``key`` None is the plain endpoint (nothing kept)."""
+    def _state(self, key: str | None) -> _Attempt:
         if key is None:
-            state = _Attempt(AttemptCapture(self.chat, self.default_budget.max_total_tokens), self.default_budget)
+            state = _Attempt(AttemptCapture(self.chat, self.default_budget.max_total_tokens), self.default_budget,
+                             responses=self._plain_responses)
         else:
             with self._lock:
                 state = self._attempts.get(key)
@@ -146,11 +158,57 @@ class ChatService:
                                    status=404, code="unknown_attempt")
         if state.lock is None:
             state.lock = asyncio.Lock()
+        return state
+
+    async def complete(self, key: str | None, req: ChatRequest, live: LiveTokens | None = None) -> Completion:
+        """Serve one request; ``key`` None is the plain endpoint (nothing kept). ``live``: the
+        request is streamed, its ids pushed there as they are sampled (``streaming.py``)."""
+        state = self._state(key)
         async with state.lock:
             self.stats.requests += 1
-            return await self._complete(state, req)
+            try:
+                return await self._complete(state, req, live)
+            finally:
+                if live is not None:
+                    live.close()
 
-    async def _complete(self, state: _Attempt, req: ChatRequest) -> Completion:
+    async def respond(self, key: str | None, req: ResponsesRequest, live: LiveTokens | None = None,
+                      response_id: str | None = None) -> tuple[str, Completion]:
+        """Serve one Responses request: its conversation is its instructions, the stored
+        conversation of ``previous_response_id`` (this attempt's), then its input. Returns the
+        response's id (``response_id``, or a new one) and the completion; the response is kept
+        when ``req.store``."""
+        state = self._state(key)
+        async with state.lock:
+            self.stats.requests += 1
+            try:
+                history: list[Message] = []
+                if req.previous_response_id is not None:
+                    prior = state.responses.get(req.previous_response_id)
+                    if prior is None:
+                        raise RequestError(
+                            f"previous_response_id={req.previous_response_id!r} is not a stored response of this "
+                            f"attempt (responses are kept per attempt, and only with store=true)",
+                            "previous_response_id", code="previous_response_not_found")
+                    history = prior
+                conversation = name_tool_results(history + req.input)
+                system = [Message("system", req.instructions)] if req.instructions else []
+                if not conversation or conversation[-1].role == "assistant":
+                    raise RequestError("the conversation (previous response and input) must end with a user message "
+                                       "or a function_call_output: continuing the assistant's turn is not supported",
+                                       "input")
+                done = await self._complete(state, replace(req.chat, messages=system + conversation), live)
+                rid = response_id or f"resp_{uuid.uuid4().hex}"
+                if req.store:
+                    state.responses[rid] = conversation + [done.message]
+                    if state.responses is self._plain_responses and len(state.responses) > PLAIN_RESPONSES_KEPT:
+                        self._plain_responses.popitem(last=False)
+                return rid, done
+            finally:
+                if live is not None:
+                    live.close()
+
+    async def _complete(self, state: _Attempt, req: ChatRequest, live: LiveTokens | None) -> Completion:
         cap, budget = state.capture, state.budget
         left = budget.max_sampled_tokens - cap.sampled_tokens
         if left <= 0:
@@ -184,7 +242,16 @@ class ChatService:
             stop_token_ids=list(self.chat.stop_token_ids), stop_strings=list(req.stop), seed=seed)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        gen = await self.engine.agenerate(ids, params)
+        if live is None:
+            gen = await self.engine.agenerate(ids, params)
+        else:  # streamed: live as sampled where the engine can, else in one piece once generated
+            live.forced = forced
+            live.started.set()
+            if self.engine.capabilities.streams:
+                gen = await self.engine.agenerate_stream(ids, params, live.push)
+            else:
+                gen = await self.engine.agenerate(ids, params)
+                live.push(gen.token_ids)
         self.stats.engine_s += loop.time() - start
         self.stats.sampled_tokens += len(gen.token_ids)
         message = self._message(gen.token_ids, gen.finish_reason, req, forced)
@@ -212,3 +279,11 @@ class ChatService:
             return Message("assistant", text.strip())
         calls = [type(c)(c.name, c.arguments, f"call_{uuid.uuid4().hex[:16]}") for c in parsed.tool_calls]
         return Message("assistant", parsed.content, calls)
+
+
+def name_tool_results(messages: list[Message]) -> list[Message]:
+    """Tool results that carry no function name get the name of the call they answer (a
+    ``function_call_output`` item has only its ``call_id``; some templates render the name)."""
+    names = {c.id: c.name for m in messages for c in m.tool_calls if c.id}
+    return [replace(m, name=names.get(m.tool_call_id)) if m.role == "tool" and m.name is None
+            and m.tool_call_id in names else m for m in messages]

@@ -1,0 +1,169 @@
+"""Live streaming (``stream=true``) of both APIs: one event per sampled token from an engine
+that streams (the HF engine), the same tokens and the same capture as without streaming, text
+that may open a tool call or a stop string held back, and one chunk from an engine that does
+not stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai", reason="pip install 'agentrl[serve]'")
+
+from agentrl.chat import ChatTemplate  # noqa: E402
+from agentrl.engines.base import EngineCapabilities, SamplingParams  # noqa: E402
+from agentrl.engines.hf import HFEngine  # noqa: E402
+from agentrl.engines.scripted import PerRequestScriptedEngine  # noqa: E402
+from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
+from agentrl.serve.server import EndpointServer  # noqa: E402
+from agentrl.serve.service import ChatService  # noqa: E402
+from agentrl.serve.streaming import TextStream, call_markers  # noqa: E402
+from test_openai_endpoint import SYSTEM, TOOLS, budget  # noqa: E402
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(ensure_tiny_model())
+
+
+@pytest.fixture(scope="module")
+def hf(tok):
+    engine = HFEngine.from_pretrained(ensure_tiny_model(), seed=0)
+    service = ChatService(engine, ChatTemplate(tok), budget(max_new_tokens=64))
+    with EndpointServer(service) as server:
+        yield engine, service, server
+
+
+class StreamingScriptedEngine(PerRequestScriptedEngine):
+    """The scripted engine, handing over its ids one at a time as an engine that streams."""
+
+    capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False,
+                                      per_request_async=True, streams=True)
+
+    async def agenerate_stream(self, prompt, params, on_tokens):
+        gen = await self.agenerate(prompt, params)
+        for t in gen.token_ids:
+            on_tokens([t])
+            await asyncio.sleep(0)
+        return gen
+
+
+def test_the_engine_hands_over_each_id_as_sampled_and_samples_the_same(tok):
+    engine = HFEngine.from_pretrained(ensure_tiny_model(), seed=0)
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=11)
+    got: list[list[int]] = []
+
+    async def go():
+        streamed = await engine.agenerate_stream([1, 2, 3], params, got.append)
+        return streamed, await engine.agenerate([1, 2, 3], params)
+
+    streamed, plain = asyncio.run(go())
+    assert got == [[t] for t in streamed.token_ids] and streamed.token_ids == plain.token_ids
+    assert streamed.logprobs == plain.logprobs
+
+
+def test_a_48_token_chat_stream_arrives_token_by_token_with_the_same_tokens(hf):
+    engine, service, server = hf
+    client = openai.OpenAI(base_url=server.base_url(), api_key="x", max_retries=0)
+    plain = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=48, seed=5)
+    key = service.open_attempt(budget(max_new_tokens=64))
+    chunks, steps_at_first = [], None
+    for ch in openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0).chat.completions.create(
+            model="m", messages=MESSAGES, max_tokens=48, seed=5, stream=True, stream_options={"include_usage": True}):
+        if steps_at_first is None and ch.choices and ch.choices[0].delta.content:
+            steps_at_first = engine.batcher_stats.steps
+        chunks.append(ch)
+    steps_at_end = engine.batcher_stats.steps
+    deltas = [ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert len(deltas) >= 24, len(deltas)  # one per decode step, but for held-back partial characters
+    assert steps_at_first < steps_at_end - 24  # the first arrived while the engine was still sampling
+    assert "".join(deltas) == plain.choices[0].message.content
+    end = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason][0]
+    assert end.choices[0].finish_reason == "length" and end.choices[0].model_extra["token_ids"] == \
+        plain.choices[0].model_extra["token_ids"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 48
+    seg = service.close_attempt(key).segments[0]
+    assert seg.seq.token_ids[seg.seq.spans[1].start:] == plain.choices[0].model_extra["token_ids"]
+
+
+def test_a_48_token_responses_stream_is_live_and_equal_to_the_plain_response(hf):
+    _, service, server = hf
+
+    def attempt(stream: bool):
+        key = service.open_attempt(budget(seed=3, seed_key=("g", 0)))  # the same seed stream each time
+        client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+        if stream:
+            events = list(client.responses.create(model="m", input="hi", max_output_tokens=48, stream=True))
+        else:
+            events = [client.responses.create(model="m", input="hi", max_output_tokens=48)]
+        return events, service.close_attempt(key).segments[0].seq
+
+    [plain], plain_seq = attempt(False)
+    events, seq = attempt(True)
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    final = events[-1].response
+    assert events[-1].type == "response.incomplete" and final.incomplete_details.reason == "max_output_tokens"
+    assert len(deltas) >= 24 and "".join(deltas) == final.output_text == plain.output_text
+    assert final.model_extra["token_ids"] == plain.model_extra["token_ids"] and seq.token_ids == plain_seq.token_ids
+    done = [e for e in events if e.type == "response.output_text.done"]
+    assert [e.text for e in done] == [plain.output_text]
+
+
+def test_text_that_may_open_a_call_is_held_back_and_calls_come_whole(tok):
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    turn = 'Let me compute it. <tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call>'
+    ids = tok.encode(turn, add_special_tokens=False) + [end]
+    service = ChatService(StreamingScriptedEngine(lambda _p, _k: ids), ChatTemplate(tok), budget())
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "6*7?"}]
+    with EndpointServer(service) as server:
+        client = openai.OpenAI(base_url=server.base_url(), api_key="x", max_retries=0)
+        chunks = list(client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True))
+        rtools = [{"type": "function", **t["function"]} for t in TOOLS]
+        events = list(client.responses.create(model="m", input="6*7?", tools=rtools, stream=True))
+    deltas = [ch.choices[0].delta.content for ch in chunks if ch.choices[0].delta.content]
+    assert len(deltas) >= 3 and "".join(deltas) == "Let me compute it."  # live, and never a piece of the call
+    [calls] = [ch.choices[0].delta.tool_calls for ch in chunks if ch.choices[0].delta.tool_calls]
+    assert json.loads(calls[0].function.arguments) == {"code": "print(6*7)"}
+    text = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(text) == "Let me compute it." and len(text) >= 3
+    kinds = [e.type for e in events]
+    assert kinds.index("response.function_call_arguments.done") > kinds.index("response.output_item.done")
+    assert [o.type for o in events[-1].response.output] == ["message", "function_call"]
+
+
+def test_stop_strings_whitespace_and_partial_characters_are_held_until_known(tok):
+    chat = ChatTemplate(tok)
+    assert call_markers(chat) == ("<tool_call>",)
+    text = TextStream(chat, tools=TOOLS, stop=["END"])
+    pieces = [text.push(tok.encode(w, add_special_tokens=False)) for w in ["\n Hi", " there", " ", "<tool", "_call>"]]
+    assert pieces == ["Hi", " there", "", "", ""]
+    assert text.finish("Hi there") == ""
+    text = TextStream(chat, tools=None, stop=["END"])
+    assert [text.push(tok.encode(w, add_special_tokens=False)) for w in ["a", " E", "N", "D"]] == ["a", "", "", ""]
+    assert text.finish("a") == ""
+    text = TextStream(chat, tools=None, stop=[])
+    pieces = [text.push([i]) for i in tok.encode("a ☃ b", add_special_tokens=False)]
+    assert "".join(pieces) == "a ☃ b" and not any("\ufffd" in p for p in pieces)  # never half a character
+
+
+def test_an_engine_that_does_not_stream_sends_its_completion_in_one_chunk(tok):
+    ids = tok.encode("one two three", add_special_tokens=False)
+    service = ChatService(PerRequestScriptedEngine(lambda _p, _k: ids), ChatTemplate(tok), budget())
+    with EndpointServer(service) as server:
+        client = openai.OpenAI(base_url=server.base_url(), api_key="x", max_retries=0)
+        chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+        contents = [ch.choices[0].delta.content for ch in chunks if ch.choices[0].delta.content]
+        assert contents == ["one two three"]
+        got = httpx.post(server.base_url() + "/chat/completions", timeout=30,
+                         json={"messages": MESSAGES, "stream": True, "max_tokens": 10**6})
+        assert got.status_code == 400 and got.json()["error"]["param"] == "max_tokens"  # refused before streaming
+        got = httpx.post(server.base_url() + "/responses", timeout=30,
+                         json={"input": "hi", "stream": True, "previous_response_id": "resp_x"})
+        assert got.status_code == 400 and got.json()["error"]["param"] == "previous_response_id"
