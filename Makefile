@@ -8,6 +8,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 VLLM_VENV ?= .venv-vllm
+MCP_VENV ?= .venv-mcp
 # torch is pinned in the same pip command as everything that depends on it, so pip
 # never pulls a multi-GB CUDA build on a CPU machine. On GPUs install torch first.
 TORCH ?= torch==2.13.0
@@ -57,6 +58,13 @@ $(VENV)/.bfcl: $(VENV)/.installed
 	$(PY) -m pip install -q --no-deps "bfcl-eval==2026.3.23"
 	touch $@
 
+# mcp-server-calculator (tests/test_mcp_servers.py, examples/arithmetic_mcp_tiny.yaml) pins mcp<2,
+# so it gets a venv of its own, as users run such servers (uvx does the same); no torch in it.
+$(MCP_VENV)/.installed:
+	python3 -m venv $(MCP_VENV)
+	$(MCP_VENV)/bin/pip install -q "mcp-server-calculator==0.2.1"
+	touch $@
+
 # Debian packages the tests use (installed by `make test` when run as root; else it says how).
 SYSTEM_PACKAGES ?= bubblewrap chromium chromium-driver
 
@@ -81,7 +89,7 @@ demo: $(VENV)/.installed-demo
 	fi
 	$(VENV)/bin/agentrl train examples/arithmetic_tiny.yaml output_dir=$(DEMO_RUN)
 
-test: install smollm2 $(VENV)/.bfcl $(VLLM_VENV)/.installed system-packages
+test: install smollm2 $(VENV)/.bfcl $(VLLM_VENV)/.installed $(MCP_VENV)/.installed system-packages
 	$(VLLM_VENV)/bin/python -m pytest -q -ra tests/test_vllm_engine.py
 	$(PY) -m pytest -q -ra --ignore=tests/test_vllm_engine.py
 

@@ -26,6 +26,7 @@ from agentrl.rollout.agent_runner import AgentSettings
 from agentrl.rollout.base import RolloutConfig
 from agentrl.run.alarms import AlarmsConfig  # the alarms section, defined with the rules
 from agentrl.scale.config import LoRAConfig, ParallelConfig  # noqa: F401  (sections of Config)
+from agentrl.toolbox.mcp.config import McpServerConfig  # the tools.mcp entries, defined with the MCP client
 from agentrl.types import ConfigError  # noqa: F401  (raised here; importable from here)
 
 
@@ -91,6 +92,10 @@ class ToolsConfig:
     # attempt fails and rollout.infra_retries applies
     infra_retries: int = 2
     infra_backoff_s: float = 0.2  # seconds before the first call retry; doubled each time
+    # MCP servers whose tools the agent gets beside the environment's: each {name, command, args,
+    # env, cwd} (stdio) or {name, url, headers} (streamable HTTP), with lifecycle run|attempt,
+    # timeout, start_timeout, tools, prefix (docs/mcp.md)
+    mcp: list[McpServerConfig] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_ranges("tools", self, [("timeout", self.timeout > 0, "> 0 seconds"),

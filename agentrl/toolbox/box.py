@@ -59,6 +59,12 @@ log = logging.getLogger(__name__)
 _MAX_ERROR_CHARS = 500
 
 
+class ToolError(Exception):
+    """A tool's own report that a call failed, in words for the model (an MCP result with
+    ``isError``): the observation is the message, after ``Error: `` unless it starts with
+    ``Error``, whole but capped like any output; error kind ``exception``."""
+
+
 class ToolBox:
     """The tools of an environment and the policy for running them.
 
@@ -79,7 +85,10 @@ class ToolBox:
         infra_backoff_s: float = 0.2,
     ) -> None:
         self.tools: dict[str, Tool] = {}
-        for t in tools:
+        # A tool source (an MCP server, agentrl.toolbox.mcp) stands for the tools it lists now;
+        # it owns processes, which shutdown() stops.
+        self.sources: list[Any] = [t for t in tools if hasattr(t, "as_tools")]
+        for t in [u for t in tools for u in (t.as_tools() if hasattr(t, "as_tools") else [t])]:
             t = t if isinstance(t, Tool) else Tool(t)
             if t.timeout is None and default_timeout is not None:
                 t = t.with_timeout(default_timeout)  # one limit per tool, fixed before the first call
@@ -159,12 +168,21 @@ class ToolBox:
                                     failure=failure)
                     retried.append(failure)  # the same call again: the attempt goes on as if it never failed
                     await asyncio.sleep(self.infra_backoff_s * 2 ** k)
+        except ToolError as exc:  # the tool's own failure report: the model reads it whole
+            text = str(exc)
+            return done(text if text.startswith("Error") else f"Error: {text}", "exception", t.max_output_tokens)
         except ToolTimeout:
             return done(f"Error: tool '{t.name}' timed out after {timeout:g}s.", "timeout")
         except Exception as exc:  # the tool's own bug or bad input: the model reads it, the rollout goes on
             log.debug("tool %s raised", t.name, exc_info=True)
             return done(f"Error: tool '{t.name}' raised {_last_line(exc)}", "exception")
         return done(content, None, t.max_output_tokens)
+
+    def shutdown(self) -> None:
+        """Stop the tool sources' processes (MCP servers); safe to call twice. Those still
+        running at interpreter exit are stopped then."""
+        for source in self.sources:
+            source.close()
 
     async def close(self, context: ToolContext) -> None:
         """Run the context's cleanups, last registered first; failures are logged, never raised.
