@@ -26,6 +26,7 @@ from typing import Any
 from agentrl.chat.formats import FORMATS, FormatDetectionError, Renderer, detect_format, get_format
 from agentrl.chat.formats.base import ParsedTurn, ToolSchemas
 from agentrl.chat.formats.hermes import parse_hermes  # noqa: F401  (re-exported: agentrl.chat.parse_hermes)
+from agentrl.chat.formats.lenient import LENIENT_FORMATS, lenient
 from agentrl.chat.formats.llama3_json import parse_llama3_json  # noqa: F401  (re-exported)
 from agentrl.types import Message
 
@@ -229,7 +230,7 @@ class ChatTemplate:
     """
 
     def __init__(self, tokenizer: Any, template: str | None = None, tool_call_format: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None):
+                 template_kwargs: dict[str, Any] | None = None, lenient_tool_calls: bool = False):
         self.tokenizer = tokenizer
         self.source = resolve_template_source(tokenizer, template)
         self.template_kwargs = dict(template_kwargs or {})  # extra jinja variables (enable_thinking...)
@@ -239,6 +240,14 @@ class ChatTemplate:
                                 f"use one of {TOOL_CALL_FORMATS}")
         self.tool_call_format = fmt
         self.format = get_format(fmt)
+        # model.lenient_tool_calls: bare and fenced JSON calls read too (agentrl/chat/formats/lenient.py)
+        self.lenient_tool_calls = lenient_tool_calls
+        if lenient_tool_calls:
+            if fmt not in LENIENT_FORMATS:
+                raise TemplateError(f"model.lenient_tool_calls reads bare JSON calls, which only the JSON formats "
+                                    f"{LENIENT_FORMATS} write; the tool-call format here is {fmt!r}: set "
+                                    "model.lenient_tool_calls=false")
+            self.format = lenient(self.format)
         self.turn_end = self._detect_turn_end()
         self._turn_end_id = tokenizer.convert_tokens_to_ids(self.turn_end)
         eos = getattr(tokenizer, "eos_token_id", None)

@@ -235,7 +235,8 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
         model = prepare_policy(model, plan, cfg.lora, device)
     set_threads(cfg.model.num_threads, model)
     engine = make_engine(cfg, sampler if sampler is not None else model, tok, model_path)
-    chat = ChatTemplate(tok, cfg.model.template, tool_call_format=cfg.model.tool_call_format)
+    chat = ChatTemplate(tok, cfg.model.template, tool_call_format=cfg.model.tool_call_format,
+                        lenient_tool_calls=cfg.model.lenient_tool_calls)
     faults = FaultPlan(cfg.rollout.fault_rate, cfg.seed) if cfg.rollout.fault_rate > 0 else None
     box = ToolBox(configured_tools(cfg, env), tokenizer=tok, default_timeout=cfg.tools.timeout,
                   max_output_tokens=cfg.tools.max_output_tokens, faults=faults,

@@ -52,6 +52,11 @@ class ModelConfig:
     # how the model writes tool calls: a name in agentrl.chat.formats (hermes, qwen_xml, harmony, ...);
     # None = detected by rendering a known call through the template (an error when unsure)
     tool_call_format: str | None = None
+    # also read tool calls written without the format's wrapper: a bare JSON {"name": ..., "arguments": ...}
+    # line or a fenced json block naming an offered tool, what small models write (JSON formats: hermes,
+    # llama3_json, mistral; docs/templates.md). Off by default: a policy trained on it learns calls that
+    # a serving parser (vLLM's hermes) does not read. The sampled tokens are trained as sampled either way
+    lenient_tool_calls: bool = False
     tiny_seed: int = 0  # seed of the tiny model when path == "tiny"
     # torch CPU threads; None = 1 for a model under 50M parameters on CPU, else
     # min(2, cores // local ranks) (agentrl.run.build.set_threads)
