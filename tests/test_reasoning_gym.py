@@ -225,3 +225,8 @@ def test_every_exploit_earns_nothing(dataset):
     assert report.control.mean_reward == 1.0, report.table()
     tried = {r.exploit for r in report.results if r.verdict != "N/A"}
     assert MUST_TRY - ({"fullwidth_digits"} if dataset == "spell_backward" else set()) <= tried, report.table()
+
+
+def test_the_bare_family_name_says_how_to_name_datasets():
+    with pytest.raises(ConfigError, match=r"a family \(reasoning_gym:NAME\)"):
+        _env("reasoning_gym")

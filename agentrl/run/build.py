@@ -106,7 +106,8 @@ def make_env(cfg: Config):
         args[keyword] = spec
     if ":" not in target:
         raise ConfigError(
-            f"env.name={cfg.env.name!r} is not a built-in environment ({', '.join(BUILTIN_ENVS)}) "
+            f"env.name={cfg.env.name!r} is not a built-in environment ({', '.join(BUILTIN_ENVS)}), "
+            f"a family ({', '.join(f'{p}:NAME' for p in ENV_PREFIXES)}) "
             "nor an import path like 'mypackage.myenv:MyEnv' (a module, also found as ./mypackage/myenv.py) "
             "or 'path/to/file.py:MyEnv' (a file)"
         )
