@@ -267,19 +267,41 @@ def test_an_openai_agents_sdk_agent_with_a_function_tool_runs_as_one_segment(scr
         """
         return "42\n"
 
-    async def run(key):
+    async def run(key, streamed: bool):
         client = openai.AsyncOpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
         model = agents.OpenAIResponsesModel(model="agentrl", openai_client=client)
         agent = agents.Agent(name="calc", instructions=SYSTEM, tools=[python], model=model)
         try:
-            return await agents.Runner.run(agent, "What is 6*7?")
+            if not streamed:
+                return await agents.Runner.run(agent, "What is 6*7?")
+            # streamed, each turn continuing the last by previous_response_id
+            result = agents.Runner.run_streamed(agent, "What is 6*7?", auto_previous_response_id=True)
+            async for _ in result.stream_events():
+                pass
+            return result
         finally:
             await client.close()
 
-    key = service.open_attempt(budget())
-    result = asyncio.run(run(key))
-    assert result.final_output == "<answer>42</answer>"
-    _, t = one_segment(service, key)
-    assert [s.kind for s in t.spans] == ["prompt", "model", "template", "tool", "template", "model"]
-    assert [(c.name, c.arguments, c.result) for c in t.tool_calls] == [("python", {"code": "print(6*7)"}, "42\n")]
-    assert sum(r.usage.output_tokens for r in result.raw_responses) == len(trained(t))
+    for streamed in (False, True):
+        key = service.open_attempt(budget())
+        result = asyncio.run(run(key, streamed))
+        assert result.final_output == "<answer>42</answer>"
+        _, t = one_segment(service, key)
+        assert [s.kind for s in t.spans] == ["prompt", "model", "template", "tool", "template", "model"]
+        assert [(c.name, c.arguments, c.result) for c in t.tool_calls] == [("python", {"code": "print(6*7)"}, "42\n")]
+        assert sum(r.usage.output_tokens for r in result.raw_responses) == len(trained(t))
+
+
+def test_an_empty_turn_is_still_a_message_item_so_resending_it_extends_the_segment(tok):
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    service = ChatService(PerRequestScriptedEngine(lambda _p, _k: [end]), ChatTemplate(tok), budget())
+    with EndpointServer(service) as server:
+        key = service.open_attempt(budget())
+        client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+        r = client.responses.create(model="m", input="hi")
+        assert [(o.type, o.content[0].text) for o in r.output] == [("message", "")]
+        client.responses.create(model="m", input=[{"role": "user", "content": "hi"},
+                                                  *[o.model_dump(exclude_none=True) for o in r.output],
+                                                  {"role": "user", "content": "well?"}])
+        cap = service.close_attempt(key)
+    assert (len(cap.segments), cap.segments[0].turns) == (1, 2)

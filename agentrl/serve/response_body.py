@@ -13,9 +13,9 @@ import time
 import uuid
 from typing import Any
 
-from agentrl.serve.protocol import Completion, RequestError
+from agentrl.serve.protocol import Completion
 from agentrl.serve.responses import ResponsesRequest
-from agentrl.serve.streaming import LiveTokens, TextStream, live_ids, sse
+from agentrl.serve.streaming import LiveTokens, TextStream, live_ids, sse, stream_error
 
 
 def new_id(prefix: str) -> str:
@@ -65,9 +65,11 @@ def response_object(rid: str, req: ResponsesRequest, model: str, created: int, *
 
 
 def response_body(rid: str, req: ResponsesRequest, c: Completion, model: str) -> dict[str, Any]:
-    """The whole response of a completion (a message item when it wrote text, then one
-    function_call item per call)."""
-    output = [message_item(new_id("msg"), c.message.content, c, req.chat.logprobs)] if c.message.content else []
+    """The whole response of a completion (a message item when it wrote text or made no call,
+    then one function_call item per call)."""
+    # A turn without calls is a message even when empty: re-sent, it is the turn that was sampled.
+    text = c.message.content or not c.message.tool_calls
+    output = [message_item(new_id("msg"), c.message.content, c, req.chat.logprobs)] if text else []
     return response_object(rid, req, model, int(time.time()), output=output + call_items(c), c=c)
 
 
@@ -105,12 +107,13 @@ async def response_events(chat, req: ResponsesRequest, model: str, rid: str, liv
                         delta=delta, logprobs=[])
     try:
         _, c = await task
-    except RequestError as err:
+    except Exception as e:  # noqa: BLE001 - the status line was sent: the client reads the failure here
+        err = stream_error(e)
         yield event("response.failed", response={**start, "status": "failed", "error": {
-            "code": err.code or "invalid_request", "message": err.message}})
+            "code": err.code or ("server_error" if err.status >= 500 else "invalid_request"), "message": err.message}})
         return
     output = []
-    if c.message.content or opened:
+    if c.message.content or opened or not c.message.tool_calls:
         if not opened:
             for e in open_message():
                 yield e

@@ -69,8 +69,19 @@ async def start_live(run, live: LiveTokens) -> asyncio.Task:
 
 
 async def live_ids(live: LiveTokens):
-    """The id lists pushed into ``live``, until it is closed."""
-    while (ids := await live.queue.get()) is not None:
+    """The ids pushed into ``live``, until it is closed: each wait's worth at once, so one
+    event per decode step while the writer keeps up, fewer and longer ones when it lags
+    (every event is a write and a parse of its own on the client)."""
+    while True:
+        ids = await live.queue.get()
+        if ids is None:
+            return
+        while not live.queue.empty():
+            more = live.queue.get_nowait()
+            if more is None:
+                live.queue.put_nowait(None)  # read at the next wait
+                break
+            ids += more
         yield ids
 
 
@@ -144,6 +155,16 @@ class TextStream:
         return ""
 
 
+def stream_error(e: Exception):
+    """The RequestError to send for a failure after a stream began (a bug of ours: server_error)."""
+    from agentrl.serve.protocol import RequestError
+
+    if isinstance(e, RequestError):
+        return e
+    log.error("endpoint error in a stream", exc_info=e)
+    return RequestError(f"internal error: {type(e).__name__}: {e}", status=500, kind="server_error")
+
+
 def sse(event: dict) -> str:
     """One server-sent event of ``event`` as JSON."""
     return f"data: {json.dumps(event)}\n\n"
@@ -154,7 +175,7 @@ async def chat_events(chat: ChatTemplate, req, model: str, live: LiveTokens, tas
     whose generation ``task`` is under way): the role, a content chunk whenever safe text was
     sampled, then ``completion_tail`` and ``[DONE]``. A failure after the stream began is an
     ``error`` event (the status line was sent already)."""
-    from agentrl.serve.protocol import RequestError, chunk, chunk_head, completion_tail
+    from agentrl.serve.protocol import chunk, chunk_head, completion_tail
 
     head = chunk_head(model)
     yield sse(chunk(head, {"role": "assistant", "content": ""}))
@@ -164,8 +185,8 @@ async def chat_events(chat: ChatTemplate, req, model: str, live: LiveTokens, tas
             yield sse(chunk(head, {"content": delta}))
     try:
         done = await task
-    except RequestError as err:
-        yield sse(err.body())
+    except Exception as e:  # noqa: BLE001 - the status line was sent: the client reads the error here
+        yield sse(stream_error(e).body())
     else:
         for event in completion_tail(done, head, text.finish(done.message.content), req.logprobs,
                                      req.include_usage):
