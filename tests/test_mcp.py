@@ -141,7 +141,7 @@ def test_a_hanging_call_is_a_policy_timeout_and_the_wedged_server_is_replaced():
         t0 = time.monotonic()
         r = run(b, "sleep", {"seconds": 60})
         assert r.error == "timeout" and r.content == "Error: tool 'sleep' timed out after 1s." and r.failure is None
-        assert time.monotonic() - t0 < 2
+        assert time.monotonic() - t0 < 3
         assert wait_gone(first, 5)  # it did not answer a ping: stopped
         assert run(b, "echo", {"text": "fresh"}).content == "fresh" and server.starts == 2
     finally:

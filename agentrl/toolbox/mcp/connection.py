@@ -41,6 +41,7 @@ class McpConnection:
         self.calls = 0  # calls made on this connection (an attempt's server is "new" until its first)
         self.start_s = 0.0  # seconds from spawn to the tools listed
         self.wedged = False  # it stopped answering after a call timed out (and was stopped)
+        self.check: asyncio.Future[None] | None = None  # the ping that follows a timed-out call
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._ended = False

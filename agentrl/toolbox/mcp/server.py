@@ -113,7 +113,7 @@ class McpServer:
         try:
             result = await await_with_limit(on_mcp_loop(conn.call(tool.remote_name, arguments)), timeout)
         except ToolTimeout:
-            submit(self._check_after_timeout(conn, context))
+            submit(self._start_check(conn))
             raise
         except ServerGone as exc:
             raise self._died(conn, context, tool, str(exc)) from None
@@ -148,6 +148,10 @@ class McpServer:
         return conn
 
     async def _connection(self, context: ToolContext) -> McpConnection:
+        conn = self._shared if self.spec.lifecycle == "run" else context.state.get(self._key)
+        check = getattr(conn, "check", None)
+        if check is not None and not check.done():
+            await asyncio.shield(check)  # after a timeout: the verdict first, so no new call queues behind a wedge
         if self.spec.lifecycle == "attempt":
             conn = context.state.get(self._key)
             if isinstance(conn, McpConnection) and getattr(conn, "wedged", False):
@@ -195,7 +199,11 @@ class McpServer:
                           + ("" if first else "; the attempt's server state is lost"),
                           cause=cause, retryable=first)
 
-    async def _check_after_timeout(self, conn: McpConnection, context: ToolContext) -> None:
+    async def _start_check(self, conn: McpConnection) -> None:
+        if conn.check is None or conn.check.done():
+            conn.check = asyncio.ensure_future(self._check_after_timeout(conn))
+
+    async def _check_after_timeout(self, conn: McpConnection) -> None:
         if await conn.ping(PING_AFTER_TIMEOUT_S):
             return
         log.warning("MCP server %r does not answer a ping after a call timed out; stopping it", self.spec.name)
