@@ -222,3 +222,21 @@ def test_an_engine_failure_after_the_stream_began_ends_it_with_the_error(tok):
         events = list(client.responses.create(model="m", input="hi", stream=True))
     assert events[-1].type == "response.failed" and "the GPU fell off" in events[-1].response.error.message
     assert events[-1].response.error.code == "server_error"
+
+
+def test_a_streamed_forced_call_sends_no_text_and_the_call_whole(tok):
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    rest = tok.encode('{"a": 2, "b": 3}}\n</tool_call>', add_special_tokens=False) + [end]
+    service = ChatService(StreamingScriptedEngine(lambda _p, _k: rest), ChatTemplate(tok), budget())
+    add = [{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
+    with EndpointServer(service) as server:
+        key = service.open_attempt(budget())
+        client = openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0)
+        chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, tools=add, stream=True,
+                                                     tool_choice={"type": "function", "function": {"name": "add"}}))
+        seq = service.close_attempt(key).segments[0].seq
+    assert not any(ch.choices[0].delta.content for ch in chunks)
+    [calls] = [ch.choices[0].delta.tool_calls for ch in chunks if ch.choices[0].delta.tool_calls]
+    assert (calls[0].function.name, json.loads(calls[0].function.arguments)) == ("add", {"a": 2, "b": 3})
+    assert [s.kind for s in seq.spans] == ["prompt", "template", "model"] and seq.token_ids[seq.spans[2].start:] == rest

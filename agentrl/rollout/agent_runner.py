@@ -3,7 +3,8 @@
 ``AgentRunner`` stands where ``RolloutRunner`` stands (same ``run``/``arun``, same
 ``RolloutBatch``): for each of the G attempts of each task it opens an attempt on the
 endpoint, hands ``agent(client, task)`` an ``openai.AsyncOpenAI`` client whose ``base_url`` is
-that attempt's, and turns what the endpoint captured into trajectories (one per segment,
+that attempt's (Chat Completions or Responses: ``client.responses.create``, the OpenAI Agents
+SDK), and turns what the endpoint captured into trajectories (one per segment,
 see ``capture.py``). All attempts run concurrently; the engine batches their requests.
 
 An attempt gets ``timeout_s`` of wall time and ``max_sampled_tokens`` sampled tokens. An agent
