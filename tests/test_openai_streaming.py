@@ -240,3 +240,53 @@ def test_a_streamed_forced_call_sends_no_text_and_the_call_whole(tok):
     [calls] = [ch.choices[0].delta.tool_calls for ch in chunks if ch.choices[0].delta.tool_calls]
     assert (calls[0].function.name, json.loads(calls[0].function.arguments)) == ("add", {"a": 2, "b": 3})
     assert [s.kind for s in seq.spans] == ["prompt", "template", "model"] and seq.token_ids[seq.spans[2].start:] == rest
+
+
+def test_concurrent_streamed_attempts_capture_what_unstreamed_ones_do(tok):
+    """AgentRunner, 2 tasks x G=2, two turns each, on the HF engine: agents that stream (both
+    APIs) and agents that do not, with the same seed, give the same trajectories."""
+    from agentrl.rollout import RolloutConfig
+    from agentrl.rollout.agent_runner import AgentRunner
+    from agentrl.types import Task
+
+    async def chat_agent(client, task, stream: bool):
+        messages = [{"role": "user", "content": task.prompt}]
+        for _ in range(2):
+            if stream:
+                parts = [ch.choices[0].delta.content or "" async for ch in await client.chat.completions.create(
+                    model="m", messages=messages, max_tokens=12, stream=True) if ch.choices]
+                text = "".join(parts)
+            else:
+                r = await client.chat.completions.create(model="m", messages=messages, max_tokens=12)
+                text = r.choices[0].message.content
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "and?"}]
+        return text
+
+    async def responses_agent(client, task, stream: bool):
+        previous, text = None, ""
+        for prompt in (task.prompt, "and?"):
+            kw = dict(model="m", input=prompt, max_output_tokens=12, previous_response_id=previous)
+            if stream:
+                events = [e async for e in await client.responses.create(**kw, stream=True)]
+                final = events[-1].response
+                assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == final.output_text
+            else:
+                final = await client.responses.create(**kw)
+            previous, text = final.id, final.output_text
+        return text
+
+    engine = HFEngine.from_pretrained(ensure_tiny_model(), seed=0)
+    chat = ChatTemplate(tok)
+    tasks = [Task("a", "hi", ""), Task("b", "hello there", "")]
+    got = {}
+    for name, agent in (("chat", chat_agent), ("responses", responses_agent)):
+        for stream in (False, True):
+            runner = AgentRunner(engine, chat, lambda c, t, a=agent, s=stream: a(c, t, s),
+                                 RolloutConfig(max_new_tokens=12, max_total_tokens=256))
+            try:
+                batch = runner.run(tasks, 2, seed=3)
+            finally:
+                runner.close()
+            assert all(t.agent.error is None and t.agent.segments == 1 for t in batch.trajectories)
+            got[name, stream] = [(t.group_id, t.sample_index, t.token_ids, t.loss_mask) for t in batch.trajectories]
+    assert got["chat", True] == got["chat", False] and got["responses", True] == got["responses", False]
