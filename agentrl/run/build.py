@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import importlib.util
@@ -142,7 +143,15 @@ def resolve_model_path(cfg: Config, env=None) -> str:
         if is_hub_name(path):  # the warm start reads a directory: the cached copy, or the fix at once
             path = cached_snapshot(path)
         ws = cfg.warmstart
-        path = str(warm_start(path, env, ws.settings(), tool_timeout=cfg.tools.timeout))
+        servers, demo_env = mcp_servers(cfg), env
+        if servers:  # the demonstrations' prompts list the tools the rollouts will, MCP ones included
+            demo_env = copy.copy(env)
+            demo_env.tools = lambda: [*env.tools(), *servers]
+        try:
+            path = str(warm_start(path, demo_env, ws.settings(), tool_timeout=cfg.tools.timeout))
+        finally:
+            for server in servers:
+                server.close()
     return path
 
 
@@ -198,11 +207,21 @@ def make_engine(cfg: Config, model, tokenizer, model_path: str):
 
 
 def configured_tools(cfg: Config, env) -> list:
-    """The environment's tools with the run's tool settings applied (``tools.fork_server``)."""
+    """The environment's tools with the run's tool settings applied (``tools.fork_server``), then
+    the MCP servers of ``tools.mcp`` (tool sources: the ToolBox lists their tools)."""
     from agentrl.tools.python import PythonTool
 
     return [t.with_settings(fork_server=False) if isinstance(t, PythonTool) and not cfg.tools.fork_server else t
-            for t in env.tools()]
+            for t in env.tools()] + mcp_servers(cfg)
+
+
+def mcp_servers(cfg: Config) -> list:
+    """One ``agentrl.toolbox.mcp.McpServer`` per ``tools.mcp`` entry (not started yet)."""
+    if not cfg.tools.mcp:
+        return []
+    from agentrl.toolbox.mcp import McpServer
+
+    return [McpServer(spec) for spec in cfg.tools.mcp]
 
 
 def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | None = None) -> Runtime:
