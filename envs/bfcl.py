@@ -28,12 +28,17 @@ dependencies serve its own model runners and are not needed), or ``data_dir``: a
 The split is seeded and stratified: each category gives ``test_fraction`` of its questions to
 ``test``, the rest to ``train``.
 
-Example::
+Example (with bfcl-eval installed)::
 
+    >>> from agentrl.types import Message, ToolCall
     >>> env = BFCLEnv(categories=["simple_python"], seed=0)   # doctest: +SKIP
     >>> task = env.tasks("test")[0]                             # doctest: +SKIP
-    >>> task.metadata["tools"][0]["function"]["name"]           # doctest: +SKIP
-    'calculate_triangle_area'
+    >>> task.id, [t["function"]["name"] for t in task.metadata["tools"]]   # doctest: +SKIP
+    ('simple_python_229', ['get_bigfive_scores'])
+    >>> call = ToolCall("get_bigfive_scores", {"characteristics": ["efficient", "organized", "easy going",
+    ...                                                           "compassionate"]})
+    >>> env.score(task, [Message("user", task.prompt), Message("assistant", "", tool_calls=[call])]).reward   # doctest: +SKIP
+    1.0
 """
 
 from __future__ import annotations
