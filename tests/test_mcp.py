@@ -332,3 +332,13 @@ def test_run_config_lists_servers(tmp_path):
         load_config(None, ["tools.mcp=[{name: a}]"])
     with pytest.raises(ConfigError, match=r"unknown config key 'tools.mcp\[0\].cmd'"):
         load_config(None, ["tools.mcp=[{name: a, cmd: x}]"])
+
+
+def test_a_dropped_toolbox_takes_its_server_with_it():
+    import gc
+
+    b = ToolBox([toy()])
+    pid = int(run(b, "get_pid", {}).content)
+    del b
+    gc.collect()  # the tools and their server refer to each other: a cycle
+    assert wait_gone(pid)

@@ -33,6 +33,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import signal
+import weakref
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
@@ -62,7 +65,9 @@ class McpServer:
     def __init__(self, spec: McpServerConfig | None = None, **fields: Any) -> None:
         self.spec = spec if spec is not None else McpServerConfig(**fields)
         self._tools: list[McpTool] | None = None
-        self._shared: McpConnection | None = None  # lifecycle "run": the server every attempt uses
+        self._run = _RunServer()  # lifecycle "run": the server every attempt uses
+        # Dropped without close() (a Trainer that ends without ToolBox.shutdown): its server goes too.
+        weakref.finalize(self, _RunServer.kill, self._run)
         self._lock: asyncio.Lock | None = None  # made on the MCP loop: one (re)start at a time
         self._key = f"mcp:{id(self)}"  # a ToolContext.state key for lifecycle "attempt"
         self._closed = False
@@ -97,6 +102,14 @@ class McpServer:
                 run_sync(conn.close(), timeout=10)
             except Exception:
                 log.warning("stopping MCP server %r failed", self.spec.name, exc_info=True)
+
+    @property
+    def _shared(self) -> McpConnection | None:
+        return self._run.conn
+
+    @_shared.setter
+    def _shared(self, conn: McpConnection | None) -> None:
+        self._run.conn = conn
 
     @property
     def pid(self) -> int | None:
@@ -230,6 +243,20 @@ class McpServer:
     def _check_same_tools(self, listed: list[Any]) -> None:
         if self._tools is not None and {t.remote_name for t in self._tools} - {t.name for t in listed}:
             log.warning("MCP server %r restarted without some of its tools; their calls will fail", self.spec.name)
+
+
+class _RunServer:
+    """Holds the run's connection apart from its McpServer, so a finalizer can reach it."""
+
+    conn: McpConnection | None = None
+
+    def kill(self) -> None:
+        pid = self.conn.pid if self.conn is not None else None
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _first_line(exc: BaseException) -> str:
