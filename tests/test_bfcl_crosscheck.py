@@ -10,12 +10,19 @@ Replaying it needs neither BFCL nor its dependencies.
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from agentrl.envs.bfcl_check import check
 from fixture_paths import FIXTURES
 
 FIXTURE = FIXTURES / "bfcl_crosscheck.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
@@ -47,3 +54,16 @@ def test_the_fixture_covers_every_category_and_both_verdicts():
     kinds = {c["perturbation"] for c in cases}
     assert {"gold", "string_variant", "int_for_float", "reordered", "wrong_number", "number_as_string",
             "missing_required", "extra_unknown_param", "wrong_name", "no_call", "synthetic"} <= kinds
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
+                    reason="bfcl-eval is not installed (pip install --no-deps bfcl-eval==2026.3.23)")
+def test_fresh_cases_agree_with_bfcls_ast_checker_imported_alone():
+    """New cases (another seed) against BFCL's ast_checker itself, which a --no-deps install
+    can import with its model registry stubbed (benchmarks/bfcl_crosscheck.py)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bfcl_crosscheck.py"), "--seed", "7",
+                           "--tasks-per-category", "8"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "model registry stubbed" in proc.stdout
+    n = int(proc.stdout.split("agreement: ")[1].split("/")[1].split()[0])
+    assert n > 200 and f"agreement: {n}/{n}" in proc.stdout, proc.stdout[-3000:]

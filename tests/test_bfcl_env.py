@@ -65,6 +65,11 @@ def test_user_errors_name_the_fix(tmp_path, monkeypatch):
         BFCLEnv(categories=["live_simple"], data_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="pip install --no-deps bfcl-eval"):
         BFCLEnv(categories=["multiple"], data_dir=str(tmp_path))  # a folder without that category
+    with pytest.raises(ConfigError, match="test_fraction=1.5"):
+        BFCLEnv(categories=["simple"], data_dir=str(write_data(tmp_path / "d")), test_fraction=1.5)
+    (tmp_path / "d" / "possible_answer" / "BFCL_v4_simple_python.json").unlink()
+    with pytest.raises(ConfigError, match="no possible answers"):
+        BFCLEnv(categories=["simple"], data_dir=str(tmp_path / "d"))
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ConfigError, match="bfcl-eval package, which is not installed: pip install --no-deps"):
         BFCLEnv()
