@@ -342,3 +342,24 @@ def test_a_dropped_toolbox_takes_its_server_with_it():
     del b
     gc.collect()  # the tools and their server refer to each other: a cycle
     assert wait_gone(pid)
+
+
+@pytest.mark.parametrize("lifecycle", ["run", "attempt"])
+def test_concurrent_attempts(lifecycle):
+    b = ToolBox([toy(lifecycle=lifecycle)])
+
+    async def attempt(i: int) -> list[str]:
+        ctx = b.new_context(f"a{i}")
+        try:
+            return [(await b.execute("echo", {"text": f"{i}-{k}"}, ctx)).content for k in range(3)]
+        finally:
+            await b.close(ctx)
+
+    async def all_of_them():
+        return await asyncio.gather(*(attempt(i) for i in range(16)))
+
+    try:
+        assert asyncio.run(all_of_them()) == [[f"{i}-{k}" for k in range(3)] for i in range(16)]
+        assert b.sources[0].starts == (1 if lifecycle == "run" else 17)  # the probe, then one per attempt
+    finally:
+        b.shutdown()
