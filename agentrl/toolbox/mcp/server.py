@@ -19,7 +19,6 @@ at interpreter exit, and the launcher stops them when the trainer is killed.
 
 Example::
 
-    import sys
     from agentrl.toolbox import ToolBox
     from agentrl.toolbox.mcp import McpServer
 
