@@ -365,3 +365,33 @@ def test_concurrent_attempts(lifecycle):
         assert b.sources[0].starts == (1 if lifecycle == "run" else 17)  # the probe, then one per attempt
     finally:
         b.shutdown()
+
+
+TRAINER = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], start_new_session=True).wait()
+"""
+LAUNCHER_WITHOUT_PIDFD = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
+launcher = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(launcher)
+launcher._pidfd = lambda pid: None  # as on a kernel without pidfds: the parent pid is polled
+server = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+sys.exit(launcher.main([str(os.getppid()), "--", sys.executable, "-c", server]))
+"""
+
+
+def test_the_launcher_without_pidfds_polls_its_parent():
+    from agentrl.toolbox.mcp.stdio import LAUNCHER
+
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, LAUNCHER_WITHOUT_PIDFD, str(LAUNCHER)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(trainer.stdout.readline())
+        assert not gone(pid)
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+        assert wait_gone(pid, 3), f"the server {pid} outlived its trainer"
+    finally:
+        trainer.kill()
