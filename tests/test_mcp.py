@@ -395,3 +395,14 @@ def test_the_launcher_without_pidfds_polls_its_parent():
         assert wait_gone(pid, 3), f"the server {pid} outlived its trainer"
     finally:
         trainer.kill()
+
+
+def test_without_the_mcp_package_the_error_names_the_install():
+    code = ("import sys; sys.modules['mcp'] = None\n"  # as if it were not installed
+            "from agentrl.run.build import mcp_servers\nfrom agentrl.run.config import load_config\n"
+            "from agentrl.types import ConfigError\n"
+            "cfg = load_config(None, ['tools.mcp=[{name: t, command: mcp-server-time}]'])\n"
+            "try:\n    mcp_servers(cfg)\nexcept ConfigError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "tools.mcp lists 1 server(s), but MCP tools need the mcp package" in out
+    assert "pip install 'agentrl[mcp]'" in out

@@ -219,7 +219,10 @@ def mcp_servers(cfg: Config) -> list:
     """One ``agentrl.toolbox.mcp.McpServer`` per ``tools.mcp`` entry (not started yet)."""
     if not cfg.tools.mcp:
         return []
-    from agentrl.toolbox.mcp import McpServer
+    try:
+        from agentrl.toolbox.mcp import McpServer
+    except ImportError as exc:  # the mcp extra is not installed: one line, with the install
+        raise ConfigError(f"tools.mcp lists {len(cfg.tools.mcp)} server(s), but {exc}") from None
 
     return [McpServer(spec) for spec in cfg.tools.mcp]
 
