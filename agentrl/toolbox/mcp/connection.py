@@ -69,7 +69,7 @@ class McpConnection:
             tail = await self._close_and_describe()
             raise InfraError(f"MCP server {self.spec.name!r} did not answer initialize and tools/list within "
                              f"start_timeout={self.spec.start_timeout:g}s{tail}", cause="mcp_server_start_failed") from None
-        except (ConfigError, InfraError):
+        except (ConfigError, InfraError, asyncio.CancelledError):  # cancelled: its caller is gone, so is the server
             await self.close()
             raise
         except Exception as exc:
