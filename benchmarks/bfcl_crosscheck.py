@@ -116,11 +116,11 @@ def _stub_judge():
 # -- the cases -----------------------------------------------------------------------------
 
 
-def _dotless(name: str) -> str:
+def _dotless(name: str) -> str:  # the name a function is offered under
     return name.replace(".", "_")
 
 
-def _real(options: list) -> list:
+def _real(options: list) -> list:  # the possible values, less the optional marker
     return [o for o in options if o != ""]
 
 
@@ -337,12 +337,6 @@ def build(data_dir: Path | None, tasks_per_category: int, per_task: int, seed: i
     return tasks, cases
 
 
-def agentrl_verdict(task: dict, calls: list):
-    from agentrl.envs.bfcl_check import check
-
-    return check(task["category"], task["function"], task["possible_answer"], [(n, a) for n, a in calls])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bfcl-python", default=sys.executable, help="an interpreter with bfcl_eval installed")
@@ -355,6 +349,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.bfcl_side:
         return bfcl_side()
+    from agentrl.envs.bfcl_check import check  # here: BFCL's interpreter need not have agentrl
     tasks, cases = build(args.data_dir, args.tasks_per_category, args.per_task, args.seed)
     proc = subprocess.run([args.bfcl_python, os.path.abspath(__file__), "--bfcl-side"], text=True,
                           input=json.dumps({"tasks": tasks, "cases": cases}), capture_output=True, check=False)
@@ -365,7 +360,8 @@ def main() -> None:
     disagreements = []
     for case, verdict in zip(cases, answer["verdicts"]):
         case["bfcl"], case["bfcl_error_type"] = verdict["valid"], verdict["error_type"]
-        mine = agentrl_verdict(tasks[case["task"]], case["calls"])
+        task = tasks[case["task"]]
+        mine = check(task["category"], task["function"], task["possible_answer"], [tuple(c) for c in case["calls"]])
         agree = mine.valid == verdict["valid"]
         c = by_kind[case["perturbation"]]
         c["n"] += 1
