@@ -272,3 +272,34 @@ def test_cli_replay_exit_codes(runs, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "agentrl", "replay", str(tmp_path), "--step", "1"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "no tape for step 1" in bad.stderr
+
+
+def _torchrun(args: list[str], nproc: int, cwd: Path) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 \
+        else [sys.executable]
+    return subprocess.run([*head, "-m", "agentrl", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.slow
+def test_a_two_rank_fsdp_run_replays_rank_by_rank(tmp_path):
+    """torchrun, 2 ranks, FSDP2: each rank's calls and parameter shard digest are on the tape;
+    a replay on 2 ranks gives every rank's tokens and shard bit for bit; one process is refused."""
+    run = tmp_path / "fsdp"
+    train = _torchrun(["train", str(CI_CFG), f"output_dir={run}", "train.steps=2", "eval.at_start=false",
+                       "eval.every=0", "eval.num_tasks=4", "train.checkpoint_every=100", "rollout.loop=lockstep",
+                       *TOOL_WARM_START], 2, ROOT)
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    tape = read_step_tape(run, 2)
+    assert tape.world_size == 2 and len(set(tape.update.params)) == 2  # two different shards
+    assert {int(c.seed) for c in tape.calls} >= {read_step_tape(run, 2).draws[0].seed}
+    alone = _torchrun(["replay", str(run), "--step", "2"], 1, ROOT)
+    assert alone.returncode == 2 and "torchrun --nproc_per_node=2" in alone.stderr
+    both = _torchrun(["replay", str(run), "--step", "2"], 2, ROOT)
+    assert both.returncode == 0, both.stdout[-3000:] + both.stderr[-3000:]
+    out = both.stdout
+    assert "replay: identical" in out and "-- rank 1 --" in out and out.count("update of step 2: equal") == 2
+    assert out.count("rollout of step 2: 8/8 attempts identical") == 2  # 16 attempts, half on each rank

@@ -28,12 +28,14 @@ Example::
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.run.checkpoint import list_checkpoints
+from agentrl.scale import distributed as dist
 from agentrl.run.config import ConfigError, load_config
 from agentrl.run.tape import StepTape, UpdateRecord, config_text, params_digest, read_step_tape, run_hashes
 from agentrl.toolbox.tape import CallDivergence, ToolTape
@@ -54,17 +56,18 @@ class UpdateCheck:
     loss: float
     grad_norm: float
     params: str  # the digest after the replayed step (this rank's)
+    rank: int = 0  # loss and grad norm are the whole step's; the digest is this rank's shard
 
     @property
     def equal(self) -> bool:
         return (self.loss == self.recorded.loss and self.grad_norm == self.recorded.grad_norm
-                and self.params == self.recorded.params[0])
+                and self.params == self.recorded.params[self.rank])
 
     def describe(self) -> str:
         r = self.recorded
         mark = "equal" if self.equal else "DIFFERS"
         return (f"update of step {self.step}: {mark}  loss {r.loss!r} -> {self.loss!r}, grad norm "
-                f"{r.grad_norm!r} -> {self.grad_norm!r}, parameters {r.params[0]} -> {self.params}")
+                f"{r.grad_norm!r} -> {self.grad_norm!r}, parameters {r.params[self.rank]} -> {self.params}")
 
 
 @dataclass
@@ -122,20 +125,34 @@ class RolloutCheck:
 
 @dataclass
 class ReplayReport:
+    """One rank's replay (``ranks``: the other ranks' own, on rank 0 of a torchrun replay)."""
+
     step: int
     start: str  # the checkpoint the replay started from, or "step 0 (the base policy)"
     forward: list[UpdateCheck] = field(default_factory=list)  # update replays of the steps rolled forward
     rollout: RolloutCheck | None = None
     update: UpdateCheck | None = None
     notes: list[str] = field(default_factory=list)
+    rank: int = 0
+    ranks: list["ReplayReport"] = field(default_factory=list)
+    every_rank_ok: bool | None = None  # set by the replay: the verdict of all ranks together
 
     @property
     def ok(self) -> bool:
+        if self.every_rank_ok is not None:
+            return self.every_rank_ok
         return (all(u.equal for u in self.forward) and (self.rollout is None or self.rollout.ok)
-                and (self.update is None or self.update.equal))
+                and (self.update is None or self.update.equal) and all(r.ok for r in self.ranks))
 
     def describe(self) -> str:
-        lines = [f"replay of step {self.step} from {self.start}", *self.notes]
+        lines = [self._describe()]
+        lines += [f"-- rank {r.rank} --\n{r._describe()}" for r in self.ranks]
+        lines.append("replay: identical" if self.ok else "replay: DIVERGED")
+        return "\n".join(lines)
+
+    def _describe(self) -> str:
+        lines = [f"replay of step {self.step} from {self.start}" + (f" (rank {self.rank})" if self.rank else ""),
+                 *self.notes]
         bad = [u for u in self.forward if not u.equal]
         if self.forward:
             lines.append(f"rolled forward {len(self.forward)} steps by update replay: "
@@ -144,7 +161,6 @@ class ReplayReport:
             lines.append(self.rollout.describe())
         if self.update is not None:
             lines.append(self.update.describe())
-        lines.append("replay: identical" if self.ok else "replay: DIVERGED")
         return "\n".join(lines)
 
 
@@ -153,18 +169,23 @@ def replay_step(run_dir: str | Path, step: int, *, live_tools: bool = False, rol
     """Replay step ``step`` of the run in ``run_dir`` (module docstring)."""
     run_dir = Path(run_dir)
     tape = read_step_tape(run_dir, step)
-    if tape.world_size != 1:
-        raise ConfigError(f"step {step} ran on {tape.world_size} ranks; replay runs in one process: "
-                          "replay a run made without torchrun (docs/replay.md says what FSDP runs record)")
+    world = int(os.environ.get("WORLD_SIZE", "") or 1)
+    if tape.world_size != world:
+        raise ConfigError(f"step {step} ran on {tape.world_size} rank(s), this replay on {world}: each rank replays "
+                          f"its own shard, so run `torchrun --nproc_per_node={tape.world_size} -m agentrl replay "
+                          f"{run_dir} --step {step}`" if tape.world_size > 1 else
+                          f"step {step} ran in one process: replay it without torchrun")
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
     recorded_cfg = load_config(str(saved), [])
-    scratch = Path(tempfile.mkdtemp(prefix="agentrl-replay-"))  # the replay's own run directory, removed after
+    # the replay's own run directory, the same on every rank (rank 0 writes it), removed after
+    scratch = Path(tempfile.gettempdir()) / f"agentrl-replay-{os.environ.get('TORCHELASTIC_RUN_ID') or os.getpid()}"
     try:
         return _replay(run_dir, step, tape, recorded_cfg, scratch, live_tools, rollout, update, log)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if int(os.environ.get("RANK", "") or 0) == 0:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Path, live_tools: bool, rollout: bool,
@@ -183,14 +204,13 @@ def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Pat
     if rollout and isinstance(trainer.runner, AgentRunner):
         raise ConfigError("rollout replay of an agent written against the OpenAI API is not supported: its tools "
                           "run inside the agent's own code, not on the tape; --no-rollout replays the update")
-    report = ReplayReport(step, str(ckpt) if ckpt else "step 0 (the base policy)")
+    report = ReplayReport(step, str(ckpt) if ckpt else "step 0 (the base policy)", rank=trainer.dist.rank)
     _check_hashes(tape, recorded_cfg, trainer, report)
     _check_threads(tape, report)
     for s in range(start_step + 1, (target if rollout else step - 1) + 1):
         report.forward.append(_update(trainer, run_dir, s))
-        if not report.forward[-1].equal:
-            log(report.describe())
-            return report
+        if dist.max_floats([0.0 if report.forward[-1].equal else 1.0])[0]:  # every rank stops here together
+            return _finish(report, trainer, log)
     if rollout:
         report.rollout = _rollout(trainer, run_dir, step, tape, live_tools)
     if update:
@@ -198,7 +218,20 @@ def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Pat
             report.forward.append(_update(trainer, run_dir, s))
         report.update = _update(trainer, run_dir, step)
     trainer.toolbox.tape = None
-    log(report.describe())
+    return _finish(report, trainer, log)
+
+
+def _finish(report: ReplayReport, trainer, log) -> ReplayReport:
+    """Rank 0 gathers every rank's report, prints it and returns it with the others in
+    ``ranks``; every rank returns the same verdict (``ok``)."""
+    parts = dist.gather_to_main(report)
+    if parts is not None:
+        report.ranks = parts[1:]
+        log(report.describe())
+    report.every_rank_ok = dist.broadcast_from_main(report.ok)
+    if trainer.dist.world_size > 1:  # leave the group together (a rank that exits first may abort the others)
+        dist.barrier()
+        dist.shutdown()
     return report
 
 
@@ -210,21 +243,29 @@ def last_taped_step(run_dir: str | Path) -> int:
     return steps[-1]
 
 
-def _recorded(run_dir: Path, step: int) -> list[Trajectory]:
+def _recorded(run_dir: Path, step: int, rank: int = 0, world: int = 1) -> list[Trajectory]:
+    """Step ``step``'s recorded trajectories of ``rank``: the groups its ``shard_whole_groups``
+    slice of each draw's prompts made (the file holds every rank's, in rank order)."""
     path = run_dir / "rollouts" / f"step_{step:06d}.jsonl"
     if not path.is_file():
         raise ConfigError(f"{path} is missing: replay needs every step's rollouts (train.log_rollouts=true)")
-    return read_jsonl(str(path))
+    trajs = read_jsonl(str(path))
+    if world == 1:
+        return trajs
+    mine = {f"{d.group_prefix}{task_id}" for d in read_step_tape(run_dir, step).draws
+            for task_id in dist.shard_whole_groups(d.task_ids, rank, world)}
+    return [t for t in trajs if t.group_id in mine]
 
 
 def _update(trainer, run_dir: Path, step: int) -> UpdateCheck:
     """Step ``step``'s update from its recorded trajectories (the trainer's marks recomputed)."""
-    trajs = _recorded(run_dir, step)
+    rank = trainer.dist.rank
+    trajs = _recorded(run_dir, step, rank, trainer.dist.world_size)
     for t in trajs:
         t.trained = TrainerMarks()
     _, _, st = trainer.update(trajs)
     recorded = read_step_tape(run_dir, step).update
-    return UpdateCheck(step, recorded, st.loss, st.grad_norm, params_digest(trainer.model))
+    return UpdateCheck(step, recorded, st.loss, st.grad_norm, params_digest(trainer.model), rank=rank)
 
 
 def _rollout(trainer, run_dir: Path, step: int, tape: StepTape, live_tools: bool) -> RolloutCheck:
@@ -240,7 +281,7 @@ def _rollout(trainer, run_dir: Path, step: int, tape: StepTape, live_tools: bool
                          logprob_tol=ATTEMPT_LOOP_TOL if loop == "attempt" else 0.0)
     by_key = {(t.group_id, t.sample_index): t for t in replayed}
     decode = trainer.tokenizer.decode
-    for rec in _recorded(run_dir, step):
+    for rec in _recorded(run_dir, step, trainer.dist.rank, trainer.dist.world_size):
         check.attempts += 1
         rep = by_key.pop((rec.group_id, rec.sample_index), None)
         d = compare_attempts(rec, rep, decode, check.logprob_tol)
