@@ -425,10 +425,13 @@ class Trainer:
             if self.producer is not None:
                 if not self.producer.stop():
                     self.log("the rollout thread is still finishing its batch; left to end with the process")
+                elif self.producer.runner.toolbox is not self.toolbox:
+                    self.producer.runner.toolbox.shutdown()
                 self.producer = None
             bar.close()
             if self.metrics is not None:
                 self.metrics.close()
+            self.toolbox.shutdown()  # tool processes the run started (MCP servers)
         evals = dist.broadcast_from_main(self._evaluations() if self.main else [])
         if self._own_group:
             dist.shutdown()

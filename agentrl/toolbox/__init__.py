@@ -7,7 +7,10 @@
 - ``box.py``: :class:`ToolBox`, which runs a rollout's calls and never raises;
 - ``schema.py``: JSON schema from type hints and Google-style docstrings, argument checks;
 - ``threads.py``: the reused worker threads that run synchronous tools, with time limits;
-- ``output.py``: tool results as text, capped in tokens (head and tail kept).
+- ``output.py``: tool results as text, capped in tokens (head and tail kept);
+- ``faults.py``: the fault-injection harness (``rollout.fault_rate``);
+- ``tape.py``: a run's tool calls recorded, served back or compared on replay (``agentrl replay``);
+- ``mcp/``: tools from MCP servers (stdio, streamable HTTP), ``tools.mcp`` (docs/mcp.md).
 
 The built-in tools (python, search) live in the top-level ``tools/`` folder, installed as
 ``agentrl.tools``.
