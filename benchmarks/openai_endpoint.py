@@ -1,8 +1,9 @@
 """The OpenAI endpoint's cost: per request, and with 64 agents at once, on the tiny model.
 
-- **overhead per request**: the same chat request (one user message, ``--tokens`` sampled
-  tokens, seeded) sent one at a time, ``--requests`` times, (a) through the endpoint with the
-  ``openai`` SDK (HTTP on 127.0.0.1, JSON, request checks, token capture) and (b) straight to
+- **overhead per request**: the same request (one user message, ``--tokens`` sampled tokens)
+  sent one at a time, ``--requests`` times, (a) through the endpoint with the ``openai`` SDK
+  (HTTP on 127.0.0.1, JSON, request checks, token capture) as Chat Completions, Chat
+  Completions streamed, and the Responses API, interleaved, and (b) straight to
   ``engine.agenerate`` with the prompt ids rendered once. Overhead = (a) - (b), in ms.
 - **64 concurrent agents**: ``AgentRunner`` with an agent making ``--turns`` requests (each
   extending the last with a user follow-up), 16 tasks x G=4; against the same requests made
@@ -32,7 +33,28 @@ from agentrl.serve.service import AttemptBudget, ChatService
 from agentrl.types import Message, Task
 
 
-async def one_at_a_time(args, engine, chat) -> tuple[float, float]:
+async def _chat(client, messages, tokens):
+    r = await client.chat.completions.create(model="m", messages=messages, max_tokens=tokens, seed=1)
+    assert r.usage.completion_tokens <= tokens
+
+
+async def _chat_streamed(client, messages, tokens):
+    stream = await client.chat.completions.create(model="m", messages=messages, max_tokens=tokens, seed=1,
+                                                  stream=True)
+    async for _ in stream:
+        pass
+
+
+async def _responses(client, messages, tokens):
+    r = await client.responses.create(model="m", input=messages[0]["content"], max_output_tokens=tokens)
+    assert r.usage.output_tokens <= tokens
+
+
+APIS = {"chat.completions": _chat, "chat.completions stream": _chat_streamed, "responses": _responses}
+
+
+async def one_at_a_time(args, engine, chat) -> tuple[dict[str, float], float]:
+    """Median ms per request of each API (``APIS``), and of the engine called directly."""
     import openai
 
     budget = AttemptBudget(max_total_tokens=512, max_sampled_tokens=512, max_new_tokens=args.tokens,
@@ -44,17 +66,18 @@ async def one_at_a_time(args, engine, chat) -> tuple[float, float]:
                             stop_token_ids=[], stop_strings=[])
     with EndpointServer(service) as server:
         client = openai.AsyncOpenAI(base_url=server.base_url(), api_key="x", max_retries=0)
-        via, direct = [], []
-        for i in range(args.requests + 5):  # the first 5 of each warm up
-            t = time.perf_counter()
-            r = await client.chat.completions.create(model="m", messages=messages, max_tokens=args.tokens, seed=1)
-            via.append(time.perf_counter() - t)
-            assert r.usage.completion_tokens <= args.tokens
+        via: dict[str, list[float]] = {name: [] for name in APIS}
+        direct = []
+        for i in range(args.requests + 5):  # the first 5 of each warm up; the APIs interleaved
+            for name, send in APIS.items():
+                t = time.perf_counter()
+                await send(client, messages, args.tokens)
+                via[name].append(time.perf_counter() - t)
             t = time.perf_counter()
             await engine.agenerate(ids, params)
             direct.append(time.perf_counter() - t)
         await client.close()
-    return statistics.median(via[5:]) * 1e3, statistics.median(direct[5:]) * 1e3
+    return {name: statistics.median(v[5:]) * 1e3 for name, v in via.items()}, statistics.median(direct[5:]) * 1e3
 
 
 def concurrent_agents(args, engine, chat) -> tuple[float, float, int]:
@@ -107,14 +130,16 @@ def main() -> None:
     via_ms, direct_ms = asyncio.run(one_at_a_time(args, engine, chat))
     via_s, direct_s, requests = concurrent_agents(args, engine, chat)
     print(f"tiny model, {args.tokens} sampled tokens per request, torch threads {args.threads}")
-    print(f"one request at a time (median of {args.requests}): endpoint {via_ms:.2f} ms, engine directly "
-          f"{direct_ms:.2f} ms -> overhead {via_ms - direct_ms:.2f} ms per request")
+    for name, ms in via_ms.items():
+        print(f"one request at a time (median of {args.requests}), {name}: endpoint {ms:.2f} ms, engine directly "
+              f"{direct_ms:.2f} ms -> overhead {ms - direct_ms:.2f} ms per request")
     print(f"64 concurrent agents x {args.turns} requests: {requests} requests in {via_s:.2f} s = "
           f"{requests / via_s:.0f} requests/s through the endpoint; the same requests straight to the engine "
           f"{direct_s:.2f} s = {requests / direct_s:.0f}/s (endpoint / direct throughput {direct_s / via_s:.2f})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"overhead_ms": via_ms - direct_ms, "via_ms": via_ms, "direct_ms": direct_ms,
+            json.dump({"overhead_ms": {k: v - direct_ms for k, v in via_ms.items()}, "via_ms": via_ms,
+                       "direct_ms": direct_ms,
                        "concurrent_requests": requests, "concurrent_s": via_s, "direct_concurrent_s": direct_s}, f)
 
 
