@@ -303,3 +303,20 @@ def test_a_two_rank_fsdp_run_replays_rank_by_rank(tmp_path):
     out = both.stdout
     assert "replay: identical" in out and "-- rank 1 --" in out and out.count("update of step 2: equal") == 2
     assert out.count("rollout of step 2: 8/8 attempts identical") == 2  # 16 attempts, half on each rank
+
+
+def test_an_openai_api_agents_run_replays_its_requests(tmp_path):
+    """The agent's own code runs again against the endpoint; its requests sample with the
+    recorded per-request seeds, so the captured segments come back token for token."""
+    from agentrl.run.config import load_config
+    from agentrl.run.trainer import Trainer
+
+    run = tmp_path / "agent"
+    cfg = load_config(ROOT / "examples" / "openai_agent_tiny.yaml", [
+        f"output_dir={run}", "train.steps=2", "eval.at_start=false", "eval.every=0", "eval.num_tasks=4",
+        "train.prompts_per_step=4", "algo.num_samples=4", "train.checkpoint_every=100"])
+    Trainer(cfg).train()
+    report, text = _replay(run, 2)
+    assert report.ok, text
+    assert report.rollout.attempts == report.rollout.equal >= 16 and report.update.equal
+    assert "runs its own code again" in text

@@ -201,10 +201,11 @@ def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Pat
         if s <= min(target, step - 1):
             start_step, ckpt = s, path
     trainer = Trainer(cfg, log=lambda *a, **k: None, start_from=ckpt)
-    if rollout and isinstance(trainer.runner, AgentRunner):
-        raise ConfigError("rollout replay of an agent written against the OpenAI API is not supported: its tools "
-                          "run inside the agent's own code, not on the tape; --no-rollout replays the update")
     report = ReplayReport(step, str(ckpt) if ckpt else "step 0 (the base policy)", rank=trainer.dist.rank)
+    if rollout and isinstance(trainer.runner, AgentRunner):
+        report.notes.append("note: an agent written against the OpenAI API runs its own code again: its requests "
+                            "sample with the recorded seeds, but its own tools are not on the tape (a deterministic "
+                            "agent replays exactly; one that is not shows where it went another way)")
     _check_hashes(tape, recorded_cfg, trainer, report)
     _check_threads(tape, report)
     for s in range(start_step + 1, (target if rollout else step - 1) + 1):
@@ -275,15 +276,16 @@ def _rollout(trainer, run_dir: Path, step: int, tape: StepTape, live_tools: bool
     trainer.engine.policy_version = tape.sampled_under
     replayed, _ = trainer.collect(step)
     served = box.tape.served
-    loop = "attempt" if getattr(trainer.runner, "uses_attempt_loop", False) else "lockstep"
+    # an OpenAI-API agent's requests are served one by one, batched as they come: the attempt loop's case
+    loop = "attempt" if getattr(trainer.runner, "uses_attempt_loop", True) else "lockstep"
     check = RolloutCheck(step=step, attempts=0, equal=0, sampled_under=tape.sampled_under, loop=loop,
                          calls_served=served, call_divergences=list(box.tape.divergences),
                          logprob_tol=ATTEMPT_LOOP_TOL if loop == "attempt" else 0.0)
-    by_key = {(t.group_id, t.sample_index): t for t in replayed}
+    by_key = {_key(t): t for t in replayed}
     decode = trainer.tokenizer.decode
     for rec in _recorded(run_dir, step, trainer.dist.rank, trainer.dist.world_size):
         check.attempts += 1
-        rep = by_key.pop((rec.group_id, rec.sample_index), None)
+        rep = by_key.pop(_key(rec), None)
         d = compare_attempts(rec, rep, decode, check.logprob_tol)
         if d is None:
             check.equal += 1
@@ -295,6 +297,11 @@ def _rollout(trainer, run_dir: Path, step: int, tape: StepTape, live_tools: bool
             check.bit_exact += diff == 0.0 and d is None
     check.extra = len(by_key)
     return check
+
+
+def _key(t: Trajectory) -> tuple[str, int, int]:
+    """An attempt's segment: an OpenAI-API agent's attempt may be several (``AgentSegment.index``)."""
+    return t.group_id, t.sample_index, t.agent.index if t.agent is not None else 0
 
 
 def compare_attempts(rec: Trajectory, rep: Trajectory | None, decode,
