@@ -100,6 +100,15 @@ class HasAnswerPattern(Protocol):
 
 
 @runtime_checkable
+class HasCompactionPrompt(Protocol):
+    """An environment with its own instruction for the summary a compacting attempt writes
+    (``rollout.compaction``: summarize, frozen_summary; ``rollout.compaction_prompt`` defaults
+    to it; docs/compaction.md)."""
+
+    compaction_prompt: str
+
+
+@runtime_checkable
 class HasAgent(Protocol):
     """An environment whose attempts are run by user code written against the OpenAI API:
     ``await agent(client, task)`` gets an ``openai.AsyncOpenAI`` client pointed at the trainer's

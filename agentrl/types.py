@@ -13,8 +13,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-SpanKind = Literal["prompt", "model", "tool", "template"]
-SPAN_KINDS: tuple[str, ...] = ("prompt", "model", "tool", "template")
+SpanKind = Literal["prompt", "model", "tool", "template", "summary"]
+# "summary": a context-compaction summary the policy sampled but is not trained on
+# (rollout.compaction=frozen_summary, docs/compaction.md): mask 0 like every non-model kind
+SPAN_KINDS: tuple[str, ...] = ("prompt", "model", "tool", "template", "summary")
 
 FinishReason = Literal["stop", "length", "max_turns", "error"]
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "max_turns", "error")
@@ -244,6 +246,19 @@ class AgentSegment:
 
 
 @dataclass
+class CompactionSegment:
+    """Where a trajectory sits in a compacted attempt of the built-in runner
+    (``rollout.compaction``, ``agentrl.rollout.compaction``; docs/compaction.md); ``None`` when
+    compaction is off. The segments of an attempt share its group id and sample index: they
+    get one verdict and one advantage and count once in their group, as a split agent's do."""
+
+    index: int  # 0-based position of this segment among the attempt's segments
+    segments: int  # trajectories the attempt became (1 + compactions)
+    mode: str  # rollout.compaction: truncate | summarize | frozen_summary
+    error: str | None = None  # why compaction could not go on (the attempt then ended "length"); None if it could
+
+
+@dataclass
 class Trajectory:
     """One attempt: the full token sequence with mask, sampler log-probs and spans.
 
@@ -274,6 +289,7 @@ class Trajectory:
     verdict: Verdict | None = None  # None until scored
     trained: TrainerMarks = field(default_factory=TrainerMarks)
     agent: AgentSegment | None = None
+    compaction: CompactionSegment | None = None  # a compacted attempt's segment (rollout.compaction)
     # an infrastructure failure that stood after the retries: no reward, no advantage, not in
     # its group's statistics nor the loss (docs/design.md, "Failures"); None when it ran
     failure: Failure | None = None
@@ -331,6 +347,8 @@ class Trajectory:
             d["old_logprobs"] = marks.old_logprobs
         if self.agent is not None:
             d["agent"] = asdict(self.agent)
+        if self.compaction is not None:
+            d["compaction"] = asdict(self.compaction)
         if self.failure is not None:
             d["failure"] = asdict(self.failure)
         if self.retried:
@@ -351,6 +369,7 @@ class Trajectory:
             agent = {"index": meta.pop("segment", 0), "segments": meta.pop("segments", 1),
                      "splits": meta.pop("splits", 0), "error": meta.pop("agent_error", None)}
         old = d.get("old_logprobs")
+        comp = d.get("compaction")
         return Trajectory(
             token_ids=[int(x) for x in d["token_ids"]],
             prompt_len=int(d["prompt_len"]),
@@ -377,6 +396,9 @@ class Trajectory:
             agent=None if agent is None else AgentSegment(
                 index=int(agent["index"]), segments=int(agent["segments"]), splits=int(agent.get("splits", 0)),
                 error=None if agent.get("error") is None else str(agent["error"])),
+            compaction=None if comp is None else CompactionSegment(
+                index=int(comp["index"]), segments=int(comp["segments"]), mode=str(comp["mode"]),
+                error=None if comp.get("error") is None else str(comp["error"])),
             failure=None if d.get("failure") is None else Failure(**d["failure"]),
             retried=[Failure(**f) for f in d.get("retried") or []],
             metadata=meta,
@@ -416,7 +438,8 @@ _TYPED_BOOKKEEPING = ("task_id", "family", "turns", "void_turns", "score", "filt
 _TOKEN_FIELDS = ("token_ids", "prompt_len", "loss_mask", "logprobs")
 _SAMPLER_SCALARS = ("group_id", "sample_index", "finish_reason", "policy_version", "task_id", "family", "turns",
                     "void_turns")
-# The keys every line to_json writes carries ("old_logprobs", "agent", "failure", "retried" only when set).
+# The keys every line to_json writes carries ("old_logprobs", "agent", "compaction", "failure", "retried"
+# only when set).
 JSONL_KEYS: tuple[str, ...] = (*_TOKEN_FIELDS, "spans", "messages", "tool_calls", "reward", "advantage",
                                *_SAMPLER_SCALARS, "score", "filtered", "staleness", "metadata")
 

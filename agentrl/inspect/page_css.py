@@ -7,8 +7,8 @@ out what is on screen.
 """
 
 CSS = """
-:root{--prompt:#dfe8fb;--template:#ececec;--tool:#ffe6b3;--model:#d4f3d2;--unknown:#f7d3f4;
---prompt-b:#7d9fe0;--template-b:#a8a8a8;--tool-b:#e0a020;--model-b:#2f9e44;--unknown-b:#c040b0;
+:root{--prompt:#dfe8fb;--template:#ececec;--tool:#ffe6b3;--model:#d4f3d2;--summary:#cdeff2;--unknown:#f7d3f4;
+--prompt-b:#7d9fe0;--template-b:#a8a8a8;--tool-b:#e0a020;--model-b:#2f9e44;--summary-b:#1c9aa8;--unknown-b:#c040b0;
 --good:#2f9e44;--bad:#d9480f;--ink:#1d1f23;--muted:#6b7280}
 *{box-sizing:border-box}
 body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--ink);background:#f7f7f8}
@@ -32,7 +32,7 @@ table.summary tr.eval td{color:#6a5a9a;background:#f7f5fc}
 .problems{background:#fff4e5;border:1px solid #f0c36d;border-radius:6px;padding:6px 10px;font-size:12.5px}
 .problems li{font-family:ui-monospace,Menlo,Consolas,monospace}
 .k-prompt{background:var(--prompt)}.k-template{background:var(--template)}.k-tool{background:var(--tool)}
-.k-model{background:var(--model)}.k-unknown{background:var(--unknown)}
+.k-model{background:var(--model)}.k-summary{background:var(--summary)}.k-unknown{background:var(--unknown)}
 #legend{display:flex;flex-wrap:wrap;gap:12px;align-items:center;font-size:12.5px}
 .sw{display:inline-block;padding:0 6px;border-radius:3px;font:12px ui-monospace,Menlo,Consolas,monospace}
 .sw.m1{border-bottom:2px solid var(--model-b);font-weight:600}
@@ -62,7 +62,7 @@ max-height:150px;overflow:auto;background:#fafafa;border-radius:4px;padding:4px 
 font:13px/1.75 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;min-width:0}
 .seg{content-visibility:auto;contain-intrinsic-size:auto 48px;border-left:4px solid;padding:1px 0 1px 8px;margin:3px 0}
 .seg.k-prompt{border-color:var(--prompt-b)}.seg.k-template{border-color:var(--template-b)}
-.seg.k-tool{border-color:var(--tool-b)}.seg.k-model{border-color:var(--model-b)}.seg.k-unknown{border-color:var(--unknown-b)}
+.seg.k-tool{border-color:var(--tool-b)}.seg.k-model{border-color:var(--model-b)}.seg.k-summary{border-color:var(--summary-b)}.seg.k-unknown{border-color:var(--unknown-b)}
 .seg{background:none}
 .lab{font:10.5px system-ui,sans-serif;color:#888;float:right;margin-left:8px;user-select:none}
 .fold{color:#2f6fdf;cursor:pointer}

@@ -126,7 +126,12 @@ def failure_lines(t: Trajectory) -> list[str]:
 
 
 def segment_note(t: Trajectory) -> str:
-    """For an OpenAI-API agent's attempt that was split (its history rewritten): which part."""
+    """For an attempt that became several segments (an OpenAI-API agent rewrote its history, or
+    the rollout compacted its context): which part, and where the compaction points are."""
+    c = t.compaction
+    if c is not None and (c.segments > 1 or c.error):
+        cut = f" · compaction failed: {c.error}" if c.error else ""
+        return f"  · segment {c.index + 1} of {c.segments} (context compacted: {c.mode}){cut}"
     if t.agent is None or t.agent.segments < 2:
         return ""
     return f"  · segment {t.agent.index + 1} of {t.agent.segments} (the agent rewrote its history)"

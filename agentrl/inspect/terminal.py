@@ -43,6 +43,7 @@ KIND_STYLES: dict[str, tuple[str, str]] = {  # (even token, odd token)
     "template": ("grey50", "grey70"),
     "tool": ("yellow", "bright_yellow"),
     "model": ("green", "bright_green"),
+    "summary": ("cyan", "bright_cyan"),  # a frozen compaction summary: sampled, not trained
     "unknown": ("magenta", "bright_magenta"),
 }
 MAX_SUMMARY_ROWS = 40

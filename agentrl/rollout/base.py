@@ -46,6 +46,19 @@ class RolloutConfig:
     # The fault-injection harness: this share of tool calls (and of OpenAI-API agent attempts)
     # fails with an injected infrastructure fault, seeded. 0 in real runs; for measuring.
     fault_rate: float = 0.0
+    # Context compaction (docs/compaction.md): the model's window in tokens; None = no window
+    # (max_total_tokens alone bounds a sequence). Needs rollout.compaction other than none.
+    context_budget: int | None = None
+    # When a turn's tool results would leave fewer than max_new_tokens of the window for the
+    # next turn: "truncate" drops the oldest tool turns; "summarize" has the policy write a
+    # summary (trained, with the attempt's advantage) and goes on in a new segment from
+    # [system, task + summary]; "frozen_summary" the same, the summary masked out of the loss.
+    # "none": no compaction (the attempt runs on into max_total_tokens).
+    compaction: str = "none"
+    # The instruction that asks for the summary; None: the environment's compaction_prompt, else
+    # a generic one (agentrl.rollout.compaction.DEFAULT_COMPACTION_PROMPT).
+    compaction_prompt: str | None = None
+    max_compactions: int = 4  # per attempt; one more ends it "length"
 
     def __post_init__(self) -> None:
         if self.loop not in LOOPS:
@@ -56,13 +69,25 @@ class RolloutConfig:
                  ("top_p", 0 < self.top_p <= 1, "a value in (0, 1]"),
                  ("infra_retries", self.infra_retries >= 0, ">= 0 (0 = no retry)"),
                  ("infra_backoff_s", self.infra_backoff_s >= 0, ">= 0 seconds"),
-                 ("fault_rate", 0 <= self.fault_rate <= 1, "a value in [0, 1] (0 = no injected faults)")]
+                 ("fault_rate", 0 <= self.fault_rate <= 1, "a value in [0, 1] (0 = no injected faults)"),
+                 ("max_compactions", self.max_compactions >= 1, ">= 1"),
+                 ("context_budget", self.context_budget is None or self.context_budget >= 2, ">= 2 tokens, or null")]
         for key, ok, valid in rules:
             if not ok:
                 raise ConfigError(f"rollout.{key}={getattr(self, key)!r} is out of range: use {valid}")
+        if self.compaction not in COMPACTIONS:
+            raise ConfigError(f"rollout.compaction={self.compaction!r}: choose one of {', '.join(COMPACTIONS)}")
+        if self.compaction != "none" and self.context_budget is None:
+            raise ConfigError(f"rollout.compaction={self.compaction} compacts when the context budget is full, and "
+                              "rollout.context_budget is not set: set it, e.g. rollout.context_budget=512")
+        if self.compaction == "none" and self.context_budget is not None:
+            raise ConfigError(f"rollout.context_budget={self.context_budget} is only read by compaction, and "
+                              "rollout.compaction is none: set rollout.compaction=summarize (or truncate), or bound "
+                              "the sequence with rollout.max_total_tokens instead")
 
 
 LOOPS = ("auto", "attempt", "lockstep")
+COMPACTIONS = ("none", "truncate", "summarize", "frozen_summary")
 
 
 @dataclass

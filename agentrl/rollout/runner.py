@@ -50,6 +50,7 @@ from agentrl.chat import ChatTemplate, Segment, encode_literal
 from agentrl.chat.formats.base import MidTurnState
 from agentrl.engines.base import Engine, Generation, SamplingParams, attempt_seed
 from agentrl.rollout.base import DEFAULT_ANSWER_PATTERN, RolloutBatch, RolloutConfig, RolloutStats
+from agentrl.rollout.compaction import CompactionState, Compactor, finish_segments
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult
 from agentrl.types import Failure, Message, Task, TokenSequence, ToolCall, ToolCallRecord, Trajectory
 
@@ -90,6 +91,7 @@ class _Attempt:
     # next generation continues the same assistant turn
     mid: MidTurnState | None = None
     failure: Failure | None = None  # a tool's infrastructure failed: the attempt ended (retried by the run)
+    compaction: CompactionState | None = None  # rollout.compaction is on: its segments so far
 
 
 class RolloutRunner:
@@ -103,6 +105,7 @@ class RolloutRunner:
         self.tokenizer = chat.tokenizer
         self._answer_re = re.compile(self.config.answer_pattern or DEFAULT_ANSWER_PATTERN, re.DOTALL)
         self._mid = chat.format.mid_turn
+        self._compactor: Compactor | None = None  # set by arun from the config (rollout.compaction)
         if self._mid is not None and self._mid.tool not in toolbox.tools:
             raise ValueError(f"tool_call_format={chat.tool_call_format!r} runs the model's mid-turn calls in a tool "
                              f"named {self._mid.tool!r}, and the toolbox has {sorted(toolbox.tools) or 'none'}: "
@@ -125,6 +128,7 @@ class RolloutRunner:
         # tool section would describe a call syntax (<tool_call>...) the format never reads
         tools = None if self._mid is not None else self.toolbox.schemas() or None
         attempts: list[_Attempt] = []
+        compactor = self._compactor = Compactor(self.chat, cfg) if cfg.compaction != "none" else None
         for task in tasks:
             head = [Message("system", system_prompt)] if system_prompt else []
             head.append(Message("user", task.prompt))
@@ -134,11 +138,14 @@ class RolloutRunner:
                     f"task {task.id!r}: prompt has {len(prompt_ids)} tokens, over "
                     f"max_total_tokens={cfg.max_total_tokens}; raise rollout.max_total_tokens"
                 )
+            if compactor is not None:
+                compactor.check_prompt(task.id, len(prompt_ids))
             for i in range(num_samples):
                 seq = TokenSequence()
                 seq.append(prompt_ids, "prompt")
                 ctx = self.toolbox.new_context(f"{group_prefix}{task.id}/{i}", seed)
-                attempts.append(_Attempt(task, i, seq, list(head), ctx))
+                attempts.append(_Attempt(task, i, seq, list(head), ctx, compaction=None if compactor is None
+                                         else CompactionState(list(head), cfg.compaction)))
 
         if self.uses_attempt_loop:
             await self._run_attempts(attempts, tools, seed, group_prefix, stats)
@@ -147,7 +154,7 @@ class RolloutRunner:
         trajectories = []
         for a in attempts:
             await self.toolbox.close(a.context)
-            trajectories.append(self._finish(a, group_prefix))
+            trajectories.extend(self._finish(a, group_prefix))
         stats.sampled_tokens = sum(t.num_model_tokens for t in trajectories)
         stats.total_s = time.perf_counter() - t_start
         return RolloutBatch(trajectories, stats)
@@ -160,6 +167,12 @@ class RolloutRunner:
             raise ValueError(f"rollout.loop='attempt' needs an engine that serves requests one by one "
                              f"(per_request_async); {type(self.engine).__name__} does not: use loop='auto'")
         return able and self.config.loop != "lockstep"
+
+    @property
+    def _limit(self) -> int:
+        """A segment's length never exceeds it: max_total_tokens, or a smaller context budget."""
+        c = self._compactor
+        return self.config.max_total_tokens if c is None else c.limit
 
     def _params(self, max_new_tokens: int, seed: int | None) -> SamplingParams:
         cfg = self.config
@@ -185,7 +198,7 @@ class RolloutRunner:
     async def _attempt(self, a: _Attempt, tools: list[dict] | None, seed: int | None, group_prefix: str,
                        clock: _ToolClock) -> None:
         for turn in range(self.config.max_turns):
-            budget = self.config.max_total_tokens - len(a.seq)
+            budget = self._limit - len(a.seq)
             s = None if seed is None else attempt_seed(seed, f"{group_prefix}{a.task.id}", a.sample_index, turn)
             gen = await self.engine.agenerate(a.seq.token_ids, self._params(budget, s))
             self._absorb(a, gen, budget)
@@ -201,6 +214,14 @@ class RolloutRunner:
             self._append_observations(a, tools)
             if a.finish_reason is not None:
                 return
+            if a.compaction is not None and a.compaction.summary_due:
+                budget = self._limit - len(a.seq)
+                s = None if seed is None else attempt_seed(seed, f"{group_prefix}{a.task.id}#summary", a.sample_index,
+                                                           len(a.compaction.closed))
+                gen = await self.engine.agenerate(a.seq.token_ids, self._params(budget, s))
+                self._compactor.absorb_summary(a, gen, budget, tools)
+                if a.finish_reason is not None:
+                    return
 
     # -- the lock-step loop ---------------------------------------------------------------
 
@@ -212,7 +233,7 @@ class RolloutRunner:
             if not active:
                 break
             t0 = time.perf_counter()
-            room = [cfg.max_total_tokens - len(a.seq) for a in active]
+            room = [self._limit - len(a.seq) for a in active]
             params = self._params(max(room), None if seed is None else seed + 7919 * turn)
             gens = self.engine.generate([a.seq.token_ids for a in active], params)
             for a, g, budget in zip(active, gens, room):
@@ -233,6 +254,15 @@ class RolloutRunner:
                 a.records.extend(records)
                 if not self._infra_failed(a):
                     self._append_observations(a, tools)
+            due = [a for a in calling if a.compaction is not None and a.compaction.summary_due]
+            if due:  # the attempts that compact this turn sample their summaries together
+                t0 = time.perf_counter()
+                room = [self._limit - len(a.seq) for a in due]
+                params = self._params(max(room), None if seed is None else seed + 7919 * turn + 4099)
+                for a, g, budget in zip(due, self.engine.generate([a.seq.token_ids for a in due], params), room):
+                    self._compactor.absorb_summary(a, g, budget, tools)
+                stats.generate_s += time.perf_counter() - t0
+                stats.turns += 1
 
     # -- one turn of one attempt ----------------------------------------------------------
 
@@ -322,6 +352,8 @@ class RolloutRunner:
             a.messages.extend(new)
             a.records[-1].error = a.records[-1].error or f"template: {e}"
             return
+        if self._compactor is not None and self._compactor.handle(a, new, segments, tools):
+            return
         a.messages.extend(new)
         a.pending = []
         for s in segments:
@@ -338,19 +370,22 @@ class RolloutRunner:
         if len(a.seq) >= self.config.max_total_tokens:
             a.finish_reason = "length"
 
-    def _finish(self, a: _Attempt, group_prefix: str) -> Trajectory:
-        return Trajectory(
-            token_ids=a.seq.token_ids,
-            prompt_len=a.seq.spans[0].end,
-            loss_mask=a.seq.loss_mask,
-            logprobs=a.seq.logprobs,
-            spans=a.seq.spans,
-            messages=a.messages,
-            tool_calls=a.records,
-            group_id=f"{group_prefix}{a.task.id}",
-            sample_index=a.sample_index,
-            finish_reason=a.finish_reason or "stop",
-            policy_version=self.engine.policy_version,
-            task_id=a.task.id, family=a.task.family, turns=a.turns, void_turns=a.void_turns,
-            failure=a.failure,
-        )
+    def _finish(self, a: _Attempt, group_prefix: str) -> list[Trajectory]:
+        """The attempt's trajectory, or its segments' when it compacted (one verdict, one advantage)."""
+        def segment(seq: TokenSequence, messages: list[Message], records: list[ToolCallRecord], turns: int):
+            return Trajectory(
+                token_ids=seq.token_ids,
+                prompt_len=seq.spans[0].end,
+                loss_mask=seq.loss_mask,
+                logprobs=seq.logprobs,
+                spans=seq.spans,
+                messages=messages,
+                tool_calls=records,
+                group_id=f"{group_prefix}{a.task.id}",
+                sample_index=a.sample_index,
+                finish_reason=a.finish_reason or "stop",
+                policy_version=self.engine.policy_version,
+                task_id=a.task.id, family=a.task.family, turns=turns, void_turns=a.void_turns,
+                failure=a.failure,
+            )
+        return finish_segments(a, segment)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from agentrl.env import HasAgent, HasAnswerPattern, HasDemonstrations
+from agentrl.env import HasAgent, HasAnswerPattern, HasCompactionPrompt, HasDemonstrations
 from agentrl.envs import BUILTIN_ENVS, ENV_PREFIXES
 from agentrl.run.config import Config, ConfigError
 
@@ -267,6 +267,12 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     rollout_cfg = cfg.rollout
     if rollout_cfg.answer_pattern is None and isinstance(env, HasAnswerPattern) and env.answer_pattern:
         rollout_cfg = dataclasses.replace(rollout_cfg, answer_pattern=env.answer_pattern)
+    if rollout_cfg.compaction_prompt is None and isinstance(env, HasCompactionPrompt) and env.compaction_prompt:
+        rollout_cfg = dataclasses.replace(rollout_cfg, compaction_prompt=env.compaction_prompt)
+    if isinstance(env, HasAgent) and rollout_cfg.compaction != "none":
+        raise ConfigError(f"rollout.compaction={rollout_cfg.compaction} compacts the built-in runner's attempts; "
+                          f"{type(env).__name__} runs an OpenAI-API agent, which compacts by itself (a rewritten "
+                          "history becomes a new segment): set rollout.compaction=none")
     if isinstance(env, HasAgent):  # user code against the OpenAI API runs the attempts
         from agentrl.rollout.agent_runner import AgentRunner
 

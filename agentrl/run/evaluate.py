@@ -35,14 +35,17 @@ class EvalResult:
 
 def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalResult:
     """Mean reward of scored trajectories, overall and per task family (infrastructure
-    failures left out and counted)."""
+    failures left out and counted). An attempt of several segments (compacted, or an agent's
+    split history) counts once: its segments share one verdict."""
     fam: dict[str, list[float]] = defaultdict(list)
-    ran = [t for t in trajs if t.failure is None]
+    last = {(t.group_id, t.sample_index): t for t in trajs}
+    attempts = list(last.values()) if len(last) < len(trajs) else trajs
+    ran = [t for t in attempts if t.failure is None]
     for t in ran:
         fam[tasks_by_id[t.task_id].family].append(t.reward or 0.0)
     acc = sum(t.reward or 0.0 for t in ran) / max(1, len(ran))
     return EvalResult(acc, {f: sum(v) / len(v) for f, v in fam.items()}, trajectories=trajs,
-                      infra_excluded=len(trajs) - len(ran))
+                      infra_excluded=len(attempts) - len(ran))
 
 
 def evaluate(runner: Runner, env, tasks: list[Task], *, greedy: bool = True, pass_k: int = 0,
