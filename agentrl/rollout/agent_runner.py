@@ -5,7 +5,8 @@
 endpoint, hands ``agent(client, task)`` an ``openai.AsyncOpenAI`` client whose ``base_url`` is
 that attempt's (Chat Completions or Responses: ``client.responses.create``, the OpenAI Agents
 SDK), and turns what the endpoint captured into trajectories (one per segment,
-see ``capture.py``). All attempts run concurrently; the engine batches their requests.
+see ``capture.py``). All attempts run concurrently, and so do the requests of one attempt (an
+agent that fans out gets one segment per independent history); the engine batches them.
 
 An attempt gets ``timeout_s`` of wall time and ``max_sampled_tokens`` sampled tokens. An agent
 that raises or runs out of time gets ``Verdict(0.0)`` and its error in ``agent.error``;

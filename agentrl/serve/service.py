@@ -3,14 +3,20 @@ attempt whose tokens are captured exactly (see ``capture.py``). A Responses requ
 (``responses.py``) becomes the same messages and tools as a Chat Completions one and goes
 through the same ``_complete``: one capture, one merge/split rule, one budget.
 
-Requests of one attempt run one at a time (an agent that sends two at once is served in
-arrival order); requests of different attempts run concurrently and are continuously batched
-by the engine (``engine.agenerate``).
+Requests run concurrently, those of one attempt too (an agent that fans out: several
+completions at once, parallel sub-agents), and are continuously batched by the engine
+(``engine.agenerate``). Within an attempt the capture keeps each independent history its own
+segment (``capture.py``); the attempt's sampled-token budget is reserved per request in
+flight, so requests together never sample past it; and a request that gives no seed samples
+from a stream keyed by its exact prompt ids (and how many earlier requests of the attempt
+had the same ones), so what it samples does not depend on the order concurrent requests
+arrive in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import html
 import threading
 import uuid
@@ -21,7 +27,7 @@ from agentrl.chat import ChatTemplate, TemplateError
 from agentrl.chat.formats import PROBE_CALL, PROBE_TOOLS
 from agentrl.engines.base import Engine, SamplingParams
 from agentrl.engines.base import attempt_seed
-from agentrl.serve.capture import AttemptCapture
+from agentrl.serve.capture import AttemptCapture, Turn
 from agentrl.serve.protocol import ChatRequest, Completion, RequestError
 from agentrl.serve.responses import ResponsesRequest
 from agentrl.serve.streaming import LiveTokens
@@ -45,8 +51,8 @@ class AttemptBudget:
 class _Attempt:
     capture: AttemptCapture
     budget: AttemptBudget
-    requests: int = 0
-    lock: asyncio.Lock | None = None  # created on the server's loop
+    reserved: int = 0  # sampled tokens its requests in flight may still take (their max_new_tokens)
+    prompts: dict[bytes, int] = field(default_factory=dict)  # prompt digest -> requests sampled from it
     # Its stored responses (``previous_response_id``): id -> the conversation through that
     # response's output, without its instructions (OpenAI does not carry those over).
     responses: dict[str, list[Message]] = field(default_factory=dict)
@@ -156,21 +162,18 @@ class ChatService:
             if state is None:
                 raise RequestError(f"unknown or finished attempt {key!r}: its requests are no longer accepted",
                                    status=404, code="unknown_attempt")
-        if state.lock is None:
-            state.lock = asyncio.Lock()
         return state
 
     async def complete(self, key: str | None, req: ChatRequest, live: LiveTokens | None = None) -> Completion:
         """Serve one request; ``key`` None is the plain endpoint (nothing kept). ``live``: the
         request is streamed, its ids pushed there as they are sampled (``streaming.py``)."""
         state = self._state(key)
-        async with state.lock:
-            self.stats.requests += 1
-            try:
-                return await self._complete(state, req, live)
-            finally:
-                if live is not None:
-                    live.close()
+        self.stats.requests += 1
+        try:
+            return await self._complete(state, req, live)
+        finally:
+            if live is not None:
+                live.close()
 
     async def respond(self, key: str | None, req: ResponsesRequest, live: LiveTokens | None = None,
                       response_id: str | None = None) -> tuple[str, Completion]:
@@ -179,40 +182,41 @@ class ChatService:
         response's id (``response_id``, or a new one) and the completion; the response is kept
         when ``req.store``."""
         state = self._state(key)
-        async with state.lock:
-            self.stats.requests += 1
-            try:
-                history: list[Message] = []
-                if req.previous_response_id is not None:
-                    prior = state.responses.get(req.previous_response_id)
-                    if prior is None:
-                        raise RequestError(
-                            f"previous_response_id={req.previous_response_id!r} is not a stored response of this "
-                            f"attempt (responses are kept per attempt, and only with store=true)",
-                            "previous_response_id", code="previous_response_not_found")
-                    history = prior
-                conversation = name_tool_results(history + req.input)
-                system = [Message("system", req.instructions)] if req.instructions else []
-                if not conversation or conversation[-1].role == "assistant":
-                    raise RequestError("the conversation (previous response and input) must end with a user message "
-                                       "or a function_call_output: continuing the assistant's turn is not supported",
-                                       "input")
-                done = await self._complete(state, replace(req.chat, messages=system + conversation), live)
-                rid = response_id or f"resp_{uuid.uuid4().hex}"
-                if req.store:
-                    state.responses[rid] = conversation + [done.message]
-                    if state.responses is self._plain_responses and len(state.responses) > PLAIN_RESPONSES_KEPT:
-                        self._plain_responses.popitem(last=False)
-                return rid, done
-            finally:
-                if live is not None:
-                    live.close()
+        self.stats.requests += 1
+        try:
+            history: list[Message] = []
+            if req.previous_response_id is not None:
+                prior = state.responses.get(req.previous_response_id)
+                if prior is None:
+                    raise RequestError(
+                        f"previous_response_id={req.previous_response_id!r} is not a stored response of this "
+                        f"attempt (responses are kept per attempt, and only with store=true)",
+                        "previous_response_id", code="previous_response_not_found")
+                history = prior
+            conversation = name_tool_results(history + req.input)
+            system = [Message("system", req.instructions)] if req.instructions else []
+            if not conversation or conversation[-1].role == "assistant":
+                raise RequestError("the conversation (previous response and input) must end with a user message "
+                                   "or a function_call_output: continuing the assistant's turn is not supported",
+                                   "input")
+            done = await self._complete(state, replace(req.chat, messages=system + conversation), live)
+            rid = response_id or f"resp_{uuid.uuid4().hex}"
+            if req.store:
+                state.responses[rid] = conversation + [done.message]
+                if state.responses is self._plain_responses and len(state.responses) > PLAIN_RESPONSES_KEPT:
+                    self._plain_responses.popitem(last=False)
+            return rid, done
+        finally:
+            if live is not None:
+                live.close()
 
     async def _complete(self, state: _Attempt, req: ChatRequest, live: LiveTokens | None) -> Completion:
         cap, budget = state.capture, state.budget
-        left = budget.max_sampled_tokens - cap.sampled_tokens
+        # Tokens its requests in flight may still sample are theirs: together they stay in budget.
+        left = budget.max_sampled_tokens - cap.sampled_tokens - state.reserved
         if left <= 0:
-            raise RequestError(f"this attempt has sampled its budget of {budget.max_sampled_tokens} tokens",
+            held = f" ({state.reserved} held by its requests in flight)" if state.reserved else ""
+            raise RequestError(f"this attempt has sampled its budget of {budget.max_sampled_tokens} tokens{held}",
                                code="attempt_budget_exceeded")
         forced = ""
         if req.tool_choice in ("required", "function"):
@@ -222,19 +226,27 @@ class ChatService:
                                    f"available for this model: {how}", "tool_choice")
             forced = how.text(req.tool_name)
         try:
-            ids = cap.prompt(req.messages, req.tools)
+            turn = cap.begin(req.messages, req.tools)
         except TemplateError as e:
             raise RequestError(f"the chat template cannot render these messages: {e}", "messages") from None
+        try:
+            return await self._sample(state, turn, req, live, forced, left)
+        finally:
+            cap.release(turn)  # a request that failed leaves its segment as it was
+
+    async def _sample(self, state: _Attempt, turn: Turn, req: ChatRequest, live: LiveTokens | None, forced: str,
+                      left: int) -> Completion:
+        cap, budget = state.capture, state.budget
+        ids = turn.seg.seq.token_ids
         if forced:
-            ids = cap.force(self.chat.encode_template(forced))
-        room = min(cap.room(), left)
+            ids = cap.force(turn, self.chat.encode_template(forced))
+        room = min(cap.room(turn), left)
         if room <= 0:
             raise RequestError(f"the conversation has {len(ids)} tokens, the endpoint's context is "
                                f"{budget.max_total_tokens}", "messages", code="context_length_exceeded")
         seed = req.seed
         if seed is None and budget.seed is not None:
-            seed = attempt_seed(budget.seed, budget.seed_key[0], budget.seed_key[1], state.requests)
-        state.requests += 1
+            seed = attempt_seed(budget.seed, budget.seed_key[0], budget.seed_key[1], _prompt_key(state, ids))
         params = SamplingParams(
             max_new_tokens=min(req.max_tokens or budget.max_new_tokens, room),
             temperature=req.temperature if req.temperature is not None else budget.temperature,
@@ -242,20 +254,24 @@ class ChatService:
             stop_token_ids=list(self.chat.stop_token_ids), stop_strings=list(req.stop), seed=seed)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        if live is None:
-            gen = await self.engine.agenerate(ids, params)
-        else:  # streamed: live as sampled where the engine can, else in one piece once generated
-            live.forced = forced
-            live.started.set()
-            if self.engine.capabilities.streams:
-                gen = await self.engine.agenerate_stream(ids, params, live.push)
-            else:
+        state.reserved += params.max_new_tokens
+        try:
+            if live is None:
                 gen = await self.engine.agenerate(ids, params)
-                live.push(gen.token_ids)
+            else:  # streamed: live as sampled where the engine can, else in one piece once generated
+                live.forced = forced
+                live.started.set()
+                if self.engine.capabilities.streams:
+                    gen = await self.engine.agenerate_stream(ids, params, live.push)
+                else:
+                    gen = await self.engine.agenerate(ids, params)
+                    live.push(gen.token_ids)
+        finally:
+            state.reserved -= params.max_new_tokens
         self.stats.engine_s += loop.time() - start
         self.stats.sampled_tokens += len(gen.token_ids)
         message = self._message(gen.token_ids, gen.finish_reason, req, forced)
-        cap.record(gen, message)
+        cap.record(turn, gen, message)
         finish = "length" if gen.finish_reason == "length" else ("tool_calls" if message.tool_calls else "stop")
         texts = [self.chat.tokenizer.decode([t], skip_special_tokens=False) for t in gen.token_ids] \
             if req.logprobs else []
@@ -279,6 +295,16 @@ class ChatService:
             return Message("assistant", text.strip())
         calls = [type(c)(c.name, c.arguments, f"call_{uuid.uuid4().hex[:16]}") for c in parsed.tool_calls]
         return Message("assistant", parsed.content, calls)
+
+
+def _prompt_key(state: _Attempt, ids: list[int]) -> int:
+    """The seed stream of a request that gives no seed: its exact prompt ids and how many of
+    the attempt's earlier requests had the same ones (a retry samples anew), whatever order
+    concurrent requests arrive in."""
+    digest = hashlib.blake2b(b"".join(i.to_bytes(4, "little") for i in ids), digest_size=8).digest()
+    k = state.prompts.get(digest, 0)
+    state.prompts[digest] = k + 1
+    return int.from_bytes(digest, "little") ^ k
 
 
 def name_tool_results(messages: list[Message]) -> list[Message]:
