@@ -119,6 +119,24 @@ class HasAgent(Protocol):
     async def agent(self, client, task: Task): ...
 
 
+# Context compaction (agentrl.rollout.compaction, docs/compaction.md): the new context of a
+# summarized attempt, here so that an environment's demonstrations can write it the same way.
+DEFAULT_COMPACTION_PROMPT = ("Your context is full. Summarize what you have found so far and what is left "
+                             "to do: the summary replaces the conversation.")
+SUMMARY_HEADER = "Summary of your work so far:\n"
+
+
+def resume_messages(head: list[Message], summary: str) -> list[Message]:
+    """A summarized attempt's new context: the system prompt and the task, the summary added to
+    the task's user message (one user turn: templates that require alternating roles render it).
+
+    >>> [m.content for m in resume_messages([Message("user", "Add 3 pages.")], "total 12")]
+    ['Add 3 pages.\\n\\nSummary of your work so far:\\ntotal 12']
+    """
+    *system, task = head
+    return [*system, Message("user", f"{task.content}\n\n{SUMMARY_HEADER}{summary}")]
+
+
 def select_split(splits: dict[str, list[Task]], split: str) -> list[Task]:
     """A copy of one split's tasks, with one clear error for a split that does not exist."""
     if split not in splits:

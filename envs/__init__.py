@@ -6,6 +6,8 @@ implementing :class:`agentrl.env.Environment`:
 - ``search_qa``: name the document a masked description comes from, by searching a corpus;
 - ``humaneval``: write a function, test it with the python tool, submit it (its tests decide);
 - ``math``: math word problems with the python tool (GSM8K, MATH, or your own JSONL);
+- ``ledger``: read a ledger page by page and report every page's code, at a context budget
+  that needs compaction (docs/compaction.md);
 - ``reasoning_gym:NAME[,NAME...]``: reasoning-gym's procedural task families with their own
   scorers (``pip install reasoning-gym``; a prefix of :data:`ENV_PREFIXES`).
 
@@ -22,6 +24,7 @@ BUILTIN_ENVS = {
     "humaneval": "agentrl.envs.humaneval:HumanEvalEnv",
     "math": "agentrl.envs.math:MathEnv",
     "bfcl": "agentrl.envs.bfcl:BFCLEnv",
+    "ledger": "agentrl.envs.ledger:LedgerEnv",
 }
 
 # name prefix -> ("module:Class", keyword): env.name "PREFIX:SPEC" builds Class(keyword=SPEC, **env.args).

@@ -29,6 +29,10 @@ def _builtin(name: str):
         from agentrl.envs.search_qa import SearchQAEnv
 
         return SearchQAEnv("mini_wiki")
+    if name == "ledger":
+        from agentrl.envs.ledger import LedgerEnv
+
+        return LedgerEnv(seed=0, num_train=20, num_test=5)
     if name == "bfcl":
         import importlib.util
 
@@ -49,6 +53,7 @@ MUST_TRY = {
                    "answer_printed_by_code_block"},
     "math": {"boxed_spam", "boxed_in_tag", "arabic_indic_digits", "answer_from_disk_via_tool"},
     "search_qa": {"several_tags_gold_last", "answer_only_in_tool_output", "answer_in_earlier_turn"},
+    "ledger": {"several_tags_gold_last", "candidates_in_one_tag", "fullwidth_digits", "answer_in_earlier_turn"},
     # BFCL's answer is a call, not text: the text exploits must earn nothing
     "bfcl": {"several_tags_gold_last", "hedged_or", "answer_in_call_arguments", "answer_in_earlier_turn"},
     "humaneval": {"exit_before_tests", "patched_assertion_error", "printed_success_token", "tests_from_disk",
@@ -56,7 +61,7 @@ MUST_TRY = {
 }
 
 
-@pytest.mark.parametrize("name", ["arithmetic", "math", "search_qa", "humaneval", "bfcl"])
+@pytest.mark.parametrize("name", ["arithmetic", "math", "search_qa", "humaneval", "ledger", "bfcl"])
 def test_every_builtin_environment_earns_nothing_on_every_exploit(name):
     from agentrl.envs import BUILTIN_ENVS
 

@@ -39,13 +39,10 @@ from typing import Protocol
 
 from agentrl.chat import ChatTemplate, Segment
 from agentrl.engines.base import Generation
+from agentrl.env import DEFAULT_COMPACTION_PROMPT, SUMMARY_HEADER, resume_messages  # noqa: F401  (re-exported)
 from agentrl.rollout.base import RolloutConfig
 from agentrl.types import (CompactionSegment, ConfigError, Message, TokenSequence, ToolCall, ToolCallRecord,
                            Trajectory)
-
-DEFAULT_COMPACTION_PROMPT = ("Your context is full. Summarize what you have found so far and what is left "
-                             "to do: the summary replaces the conversation.")
-SUMMARY_HEADER = "Summary of your work so far:\n"
 
 
 @dataclass
@@ -87,17 +84,6 @@ def overflows(length: int, appended: int, room: int, budget: int) -> bool:
     """The rule: compact when the sequence, once ``appended`` more tokens are in, would leave
     fewer than ``room`` (``rollout.max_new_tokens``) tokens of the budget for the next turn."""
     return length + appended + room > budget
-
-
-def resume_messages(head: list[Message], summary: str) -> list[Message]:
-    """A summarized attempt's new context: the system prompt and the task, the summary added to
-    the task's user message (one user turn: templates that require alternating roles render it).
-
-    >>> [m.content for m in resume_messages([Message("user", "Add 3 pages.")], "total 12")]
-    ['Add 3 pages.\\n\\nSummary of your work so far:\\ntotal 12']
-    """
-    *system, task = head
-    return [*system, Message("user", f"{task.content}\n\n{SUMMARY_HEADER}{summary}")]
 
 
 def tool_rounds(history: list[Message]) -> list[list[Message]]:
