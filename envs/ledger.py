@@ -1,8 +1,9 @@
 """A ledger of pages that only fits the context two pages at a time: an environment where
 context compaction matters (docs/compaction.md).
 
-Each task names a ledger (a 3-digit id) of ``pages`` pages. The ``read(ledger, page)`` tool
-returns one page: a block of boilerplate with the page's 2-digit code in it. The answer is every
+Each task names a ledger (a 3-digit id) of ``pages`` pages. The ``read(page)`` tool returns
+one page of the attempt's own ledger (the tool finds the task by the attempt's id, its
+``ToolContext``, so the model never has to copy the ledger's number into a call): a block of boilerplate with the page's 2-digit code in it. The answer is every
 code, in page order: ``<answer>47 12 83</answer>``. A page's code is a seeded hash of the
 ledger and the page, so it cannot be guessed or learned, only read.
 
@@ -13,7 +14,7 @@ writes the codes it has read into its summary ("codes 47 12 next 3") and the nex
 starts from the task and that summary, reads the last page and answers.
 
 Every page is the same number of tokens for the tiny model's digit-level tokenizer, so each
-copy (ledger id into a call, a code into the summary or the answer) is at a fixed distance:
+copy (a code into the summary or the answer) is at a fixed distance:
 what a ~0.5M-parameter model learns by SFT (see ``ArithmeticEnv``'s ``answer_width``). The
 demonstrations (``demonstrations``) cover both shapes of a solved attempt: the whole ledger in
 one context, and the two segments of a summarized one, the summary turn included.
@@ -41,6 +42,7 @@ import re
 from typing import TYPE_CHECKING
 
 from agentrl.env import Score, Split, final_answer, foreign_digits, resume_messages, select_split
+from agentrl.toolbox import ToolContext, tool  # at module level: the tool's type hints name ToolContext
 from agentrl.types import Message, Task, ToolCall
 
 if TYPE_CHECKING:
@@ -69,6 +71,16 @@ def page_text(ledger: int, page: int, pages: int, code: int) -> str:
     'ledger 123 page 2 of 3'
     """
     return f"ledger {ledger} page {page} of {pages}\n{FILLER}\ncode {code}"
+
+
+def task_of(trajectory_id: str) -> str:
+    """The task id in an attempt's id (the runner's ``<group prefix><task id>/<sample>``; task
+    ids here hold no slash).
+
+    >>> task_of("s3d0/train-5/2"), task_of("eval/test-1/0"), task_of("train-5/0")
+    ('train-5', 'test-1', 'train-5')
+    """
+    return trajectory_id.rsplit("/", 2)[-2] if "/" in trajectory_id else trajectory_id
 
 
 def parse_codes(text: str | None) -> list[int] | None:
@@ -111,24 +123,25 @@ class LedgerEnv:
             "test": [self._task("test", i, ledger) for i, ledger in enumerate(ids[:num_test])],
             "train": [self._task("train", i, ledger) for i, ledger in enumerate(ids[num_test:])],
         }
+        self._ledger_of = {t.id: int(t.metadata["ledger"]) for ts in self._splits.values() for t in ts}
 
     # -- Environment protocol ------------------------------------------------------------
 
     def tools(self) -> list["Tool"]:
-        from agentrl.toolbox import tool
-
-        seed, pages = self.seed, self.pages
+        seed, pages, ledger_of = self.seed, self.pages, self._ledger_of
 
         @tool
-        def read(ledger: int, page: int) -> str:
-            """Read one page of a ledger.
+        def read(page: int, ctx: ToolContext) -> str:
+            """Read one page of the ledger.
 
             Args:
-                ledger: the ledger's number
                 page: the page number, from 1
             """
-            if not 100 <= ledger <= 999 or not 1 <= page <= pages:
-                return f"Error: no page {page} in ledger {ledger} (ledgers 100-999, pages 1-{pages})"
+            ledger = ledger_of.get(task_of(ctx.trajectory_id))
+            if ledger is None:
+                return f"Error: this attempt has no ledger (attempt {ctx.trajectory_id!r})"
+            if not 1 <= page <= pages:
+                return f"Error: no page {page} (pages 1-{pages})"
             return page_text(ledger, page, pages, page_code(seed, ledger, page))
 
         return [read]
@@ -171,7 +184,7 @@ class LedgerEnv:
         answer = Message("assistant", f"<answer>{task.answer}</answer>")
 
         def read(page: int) -> list[Message]:
-            call = ToolCall(name="read", arguments={"ledger": ledger, "page": page})
+            call = ToolCall(name="read", arguments={"page": page})
             return [Message("assistant", "", tool_calls=[call]),
                     Message("tool", page_text(ledger, page, self.pages, int(codes[page - 1])), name="read")]
 

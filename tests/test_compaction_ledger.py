@@ -40,7 +40,6 @@ def ideal(tok, env):
 
     def script(prompt: list[int], _call: int) -> list[int]:
         text = tok.decode(prompt)
-        ledger = int(re.search(r"Ledger (\d+)", text).group(1))
         seen = re.findall(r"\ncode (\d+)", text)
         if text.endswith(f"{env.compaction_prompt}<|im_end|>\n<|im_start|>assistant\n"):
             return enc(f"codes {' '.join(seen)} next {len(seen) + 1}<|im_end|>")
@@ -48,7 +47,7 @@ def ideal(tok, env):
         have = (summary.group(1).split() if summary else []) + seen
         if len(have) == env.pages:
             return enc(f"<answer>{' '.join(have)}</answer><|im_end|>")
-        call = {"name": "read", "arguments": {"ledger": ledger, "page": len(have) + 1}}
+        call = {"name": "read", "arguments": {"page": len(have) + 1}}
         return enc(f"<tool_call>\n{call}\n</tool_call><|im_end|>".replace("'", '"'))
     return script
 
