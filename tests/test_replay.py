@@ -320,3 +320,35 @@ def test_an_openai_api_agents_run_replays_its_requests(tmp_path):
     assert report.ok, text
     assert report.rollout.attempts == report.rollout.equal >= 16 and report.update.equal
     assert "runs its own code again" in text
+
+
+def test_a_run_resumed_after_a_kill_drops_and_rewrites_the_lost_steps_tape(runs, tmp_path):
+    """Killed after step 3 was taped but before its checkpoint: the resume drops step 3's tape
+    with its rollouts, reruns the step from checkpoint 2, and tapes the same step again."""
+    import shutil
+
+    from agentrl.run.config import load_config
+    from agentrl.run.trainer import Trainer
+
+    run = _copy_run(runs["lockstep"], tmp_path / "run")
+    before = read_step_tape(run, 3)
+    shutil.rmtree(run / "checkpoints" / "step_000003")
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(rows[:2]) + "\n")
+    dropped = []
+    real_unlink = Path.unlink
+
+    def unlink(self, *a, **k):
+        dropped.append(self.name)
+        return real_unlink(self, *a, **k)
+
+    Path.unlink = unlink
+    try:
+        Trainer(load_config(run / "config.yaml", [f"output_dir={run}", "resume=true"])).train()
+    finally:
+        Path.unlink = real_unlink
+    assert {"step_000003.json", "step_000003.jsonl"} <= set(dropped)
+    after = read_step_tape(run, 3)
+    assert after.update == before.update and after.draws == before.draws
+    strip = lambda calls: [(c.key, c.name, c.arguments, c.content, c.error) for c in calls]  # noqa: E731
+    assert strip(after.calls) == strip(before.calls)  # everything but the latencies

@@ -211,7 +211,7 @@ class Trainer:
     def _drop_after(self, step: int) -> None:
         """Forget what a killed run wrote after its last checkpoint."""
         truncate_metrics(self.run_dir / "metrics.jsonl", step)
-        for p in (self.run_dir / "rollouts").glob("*step_*.jsonl"):
+        for p in [*(self.run_dir / "rollouts").glob("*step_*.jsonl"), *(self.run_dir / "tape").glob("step_*.json")]:
             if int(p.stem.rsplit("_", 1)[1]) > step:
                 p.unlink()
 
