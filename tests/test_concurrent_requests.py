@@ -219,14 +219,16 @@ def test_the_attempts_token_budget_holds_across_requests_in_flight(tok):
 def test_a_request_that_fails_leaves_its_segment_as_it_was(tok):
     """A follow-up the engine fails (500), then one over the context (400): the segment is
     still the first turn's, and the retried follow-up extends it as if neither had been sent."""
+    fail: list[bool] = []  # push True: the engine fails the next request
     service = serve(tok, gate=0, fail=lambda prompt: fail.pop() if fail else False)
-    fail: list[bool] = []
     with EndpointServer(service) as server:
         key = service.open_attempt(budget())
-        # A client per request: a 500 closes its connection (Starlette re-raises the error).
-        client = type("Fresh", (), {"chat": property(lambda _: openai.OpenAI(
-            base_url=server.base_url(key), api_key="x", max_retries=0).chat)})()
-        first = client.chat.completions.create(model="m", messages=messages_of(PROMPTS[0]), tools=TOOLS)
+
+        def create(**kw):  # a client per request: a 500 closes its connection (Starlette re-raises the error)
+            return openai.OpenAI(base_url=server.base_url(key), api_key="x", max_retries=0).chat.completions.create(
+                model="m", tools=TOOLS, **kw)
+
+        first = create(messages=messages_of(PROMPTS[0]))
         msg = first.choices[0].message
         history = messages_of(PROMPTS[0]) + [msg.model_dump(exclude_none=True)]
         follow = history + [{"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "42\n"}]
@@ -234,17 +236,17 @@ def test_a_request_that_fails_leaves_its_segment_as_it_was(tok):
         before = (list(cap.segments[0].seq.token_ids), [s.kind for s in cap.segments[0].seq.spans])
         fail.append(True)
         with pytest.raises(openai.InternalServerError):
-            client.chat.completions.create(model="m", messages=follow, tools=TOOLS)
+            create(messages=follow)
         assert (cap.segments[0].seq.token_ids, [s.kind for s in cap.segments[0].seq.spans]) == before
         huge = history + [{"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "x " * 600}]
         with pytest.raises(openai.BadRequestError, match="context"):
-            client.chat.completions.create(model="m", messages=huge, tools=TOOLS)
+            create(messages=huge)
         assert (cap.segments[0].seq.token_ids, [s.kind for s in cap.segments[0].seq.spans]) == before
         with pytest.raises(openai.InternalServerError):  # a new history the engine fails: no segment left
             fail.append(True)
-            client.chat.completions.create(model="m", messages=messages_of(PROMPTS[1]), tools=TOOLS)
+            create(messages=messages_of(PROMPTS[1]))
         assert len(cap.segments) == 1 and not cap.segments[0].busy
-        again = client.chat.completions.create(model="m", messages=follow, tools=TOOLS)
+        again = create(messages=follow)
         cap = service.close_attempt(key)
     [t] = cap.trajectories(group_id="g", sample_index=0, task_id="t", family="f", policy_version=0)
     t.check()
