@@ -159,3 +159,18 @@ def test_the_smolagents_example_trains_a_step(tmp_path):
     assert len(firsts) == 4 and all(t.num_model_tokens > 0 for t in trajs)
     for t in firsts:  # smolagents' own prompt, and its first step a forced call
         assert "solve any task using tool calls" in t.messages[0].content and t.spans[1].kind == "template"
+
+
+def test_smolagents_losing_the_endpoint_is_an_infrastructure_failure():
+    """smolagents wraps the client's connection error in its AgentGenerationError: the
+    attempt is still the infrastructure's failure (retried, never scored), found by the
+    exception it was raised from."""
+    pytest.importorskip("smolagents", reason="pip install smolagents")
+    from agentrl.rollout.agent_runner import infra_failure
+
+    ex = example("smolagents_agent")
+    with pytest.raises(Exception) as raised:
+        ex.run_agent("http://127.0.0.1:9/v1", "What is 6*7?")
+    assert type(raised.value).__name__ == "AgentGenerationError"
+    failure = infra_failure(raised.value)
+    assert failure is not None and failure.cause == "connection_lost" and "APIConnectionError" in failure.message

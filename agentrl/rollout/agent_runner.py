@@ -206,14 +206,33 @@ def infra_failure(exc: BaseException) -> Failure | None:
     'judge_down'
     >>> infra_failure(ValueError("bad JSON from the model")) is None
     True
+
+    Frameworks wrap the client's errors (smolagents raises ``AgentGenerationError`` from the
+    ``openai`` error), so the exceptions it was raised ``from`` (``__cause__``) count too:
+
+    >>> try:
+    ...     try:
+    ...         raise ConnectionError("endpoint gone")
+    ...     except ConnectionError as e:
+    ...         raise RuntimeError("Error in generating model output") from e
+    ... except RuntimeError as wrapped:
+    ...     infra_failure(wrapped).cause
+    'connection_lost'
     """
-    if isinstance(exc, InfraError):
-        return Failure.of("agent", exc)
-    names = {c.__name__ for c in type(exc).__mro__}
-    if names & {"APIConnectionError", "TransportError", "ConnectionError"} and "APITimeoutError" not in names:
-        return Failure("agent", "connection_lost", f"{type(exc).__name__}: {exc}"[:500])
-    if "InternalServerError" in names:  # a 5xx from the endpoint: agentrl's fault, not the model's
-        return Failure("agent", "endpoint_error", f"{type(exc).__name__}: {exc}"[:500])
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and len(seen) < 8 and all(e is not s for s in seen):
+        seen.append(e)
+        e = e.__cause__
+    for e in seen:
+        if isinstance(e, InfraError):
+            return Failure.of("agent", e)
+        names = {c.__name__ for c in type(e).__mro__}
+        said = f"{type(exc).__name__}: {exc}" + (f" (from {type(e).__name__}: {e})" if e is not exc else "")
+        if names & {"APIConnectionError", "TransportError", "ConnectionError"} and "APITimeoutError" not in names:
+            return Failure("agent", "connection_lost", said[:500])
+        if "InternalServerError" in names:  # a 5xx from the endpoint: agentrl's fault, not the model's
+            return Failure("agent", "endpoint_error", said[:500])
     return None
 
 
