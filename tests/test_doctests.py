@@ -31,6 +31,8 @@ NEEDS = {
     "agentrl.envs.math_check": ("math_verify", "math"),
     "agentrl.envs.math_check.check_equivalence": ("math_verify", "math"),
     "agentrl.envs.reasoning_gym": ("reasoning_gym", "reasoning-gym"),
+    "agentrl.engines.grammar.check_grammar": ("llguidance", "serve"),
+    "agentrl.serve.structured": ("llguidance", "serve"),
 }
 OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

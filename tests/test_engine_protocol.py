@@ -65,6 +65,12 @@ def test_hf_and_vllm_score_the_weights_they_sample_with():
     assert not ScriptedEngine.capabilities.can_score  # the weight-sync canary skips it
 
 
+def test_only_the_hf_engine_decodes_under_a_grammar():
+    """capabilities.constrained: the endpoint refuses response_format on the others (a 400)."""
+    assert engine_class("hf").capabilities.constrained
+    assert not engine_class("vllm").capabilities.constrained and not ScriptedEngine.capabilities.constrained
+
+
 @pytest.mark.parametrize("name", list(ENGINES))
 def test_registered_engines_build_from_a_run_config(name):
     cls = engine_class(name)

@@ -195,7 +195,7 @@ def test_tool_choice_forces_a_call_through_the_formats_opening(tok):
     ({"background": True}, "background", "only false"),
     ({"reasoning": {"summary": "auto"}}, "reasoning", "reasoning summaries"),
     ({"reasoning": {"effort": "high"}}, "reasoning", "reasoning setting"),
-    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text", "constrained decoding"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text.format", "constrained decoding"),
     ({"text": {"verbosity": "low"}}, "text", "model='agentrl'"),
     ({"include": ["reasoning.encrypted_content"]}, "include", "only 'message.output_text.logprobs'"),
     ({"conversation": "conv_1"}, "conversation", "previous_response_id"),

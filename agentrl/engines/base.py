@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from agentrl.engines.driver import BatcherStats
+    from agentrl.engines.grammar import Grammar
 
 
 @dataclass
@@ -21,6 +22,9 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)  # row stops after sampling one
     stop_strings: list[str] = field(default_factory=list)  # row stops once its text ends with one
     seed: int | None = None  # None: continue the engine's own generator
+    # Constrained decoding (capabilities.constrained): every token is drawn from the tokens the
+    # grammar allows next, and its log-prob is the masked, renormalised one (agentrl.engines.grammar).
+    grammar: Grammar | None = None
 
 
 def attempt_seed(seed: int, group_id: str, sample_index: int, turn: int) -> int:
@@ -59,6 +63,7 @@ class EngineCapabilities:
     per_request_async: bool = False  # serves requests one by one while others are in flight
     can_score: bool = False  # score() gives teacher-forced log-probs under the weights it samples with
     streams: bool = False  # agenerate_stream() hands over each token as it is sampled
+    constrained: bool = False  # honours SamplingParams.grammar (engines without it refuse a grammar)
 
 
 class Engine(Protocol):

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from agentrl.engines.base import Generation, SamplingParams
 from agentrl.engines.driver import BatcherStats, DriverThread, Pending
+from agentrl.engines.grammar import RowMatcher, mask_rows
 from agentrl.engines.sampling import StopStrings, sample_tokens
 
 
@@ -51,6 +52,7 @@ class _Request:
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None  # None while running; "cancelled" when its awaiter went away
     on_tokens: Callable[[list[int]], None] | None = None  # called (on the caller's loop) with each sampled id
+    matcher: RowMatcher | None = None  # params.grammar's state: the row samples under its mask
 
 
 class ContinuousBatcher:
@@ -79,8 +81,11 @@ class ContinuousBatcher:
     async def generate(self, prompt: list[int], params: SamplingParams,
                        on_tokens: Callable[[list[int]], None] | None = None) -> Generation:
         """Sample one continuation of ``prompt``; other requests share the decode batch.
-        ``on_tokens``: called on the caller's loop with each id as it is sampled (streaming)."""
-        return await self.driver.submit(_Request(list(prompt), params, self.driver.pending(), on_tokens=on_tokens))
+        ``on_tokens``: called on the caller's loop with each id as it is sampled (streaming).
+        A grammar is compiled here, so that a schema it refuses fails this request only."""
+        matcher = self.engine.row_matcher(params) if params.grammar is not None else None
+        return await self.driver.submit(_Request(list(prompt), params, self.driver.pending(), on_tokens=on_tokens,
+                                                 matcher=matcher))
 
     def _serve(self) -> None:
         """One busy period: admit and step until nothing is queued or running."""
@@ -146,6 +151,8 @@ class ContinuousBatcher:
         # Row j's draw for its k-th token is draws[j, k], whatever else is in the batch.
         u_all = self.draws.gather(1, self.at.clamp(max=self.draws.shape[1] - 1)[:, None])[:, 0]
         self.at += 1
+        constrained = [j for j in live if self.rows[j].matcher is not None]  # the other rows are not touched
+        mask_rows(self.logits, constrained, [self.rows[j].matcher for j in constrained])
         for (temperature, top_p), idx in _groups(self.rows, live).items():
             whole = len(idx) == len(self.rows)
             part = self.logits if whole else self.logits[idx]
@@ -155,6 +162,8 @@ class ContinuousBatcher:
                 r = self.rows[j]
                 r.tokens.append(t)
                 r.logprobs.append(p)
+                if r.matcher is not None:
+                    r.matcher.advance(t)
                 if r.on_tokens is not None:
                     r.pending.notify(r.on_tokens, [t])
         self._finish_rows(live)

@@ -14,7 +14,9 @@ weights that computed it). The stock decoder does not cache.
 
 Every returned log-prob is what a teacher-forced forward over ``prompt + sampled ids`` gives:
 ``log_softmax(logits / T)[token]`` (``T = 1`` for greedy), before any top-p truncation, which is
-the quantity the trainer recomputes for the importance ratio.
+the quantity the trainer recomputes for the importance ratio. A request with a grammar
+(``SamplingParams.grammar``, constrained decoding) records the log-prob under the masked,
+renormalised distribution it was drawn from instead (``agentrl.engines.grammar``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams, early_answer, validate_request
 from agentrl.engines.continuous import ContinuousBatcher
 from agentrl.engines.driver import BatcherStats
+from agentrl.engines.grammar import Constrainer, RowMatcher, mask_rows
 from agentrl.engines.decode import FastDecoder, make_decoder
 from agentrl.engines.stock_decoder import StockDecoder
 from agentrl.engines.prefix_cache import PrefixCache
@@ -78,7 +81,7 @@ class HFEngine:
     """
 
     capabilities = EngineCapabilities(shares_trainer_weights=True, background_sampling=True, can_sleep=False,
-                                      per_request_async=True, can_score=True, streams=True)
+                                      per_request_async=True, can_score=True, streams=True, constrained=True)
     policy_version: int
     batcher_stats: BatcherStats
 
@@ -105,6 +108,7 @@ class HFEngine:
         self._batcher: ContinuousBatcher | None = None
         self._batcher_lock = threading.Lock()
         self.batcher_stats = BatcherStats()  # what the continuous batcher did (agenerate)
+        self._constrainer: Constrainer | None = None  # built on the first constrained request
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str | None = None, num_threads: int | None = None,
@@ -223,6 +227,13 @@ class HFEngine:
                 self.model.train(was_training)
                 torch.set_num_threads(threads)
 
+    def row_matcher(self, params: SamplingParams) -> RowMatcher:
+        """A fresh grammar state for one row of a request with ``params.grammar``."""
+        if self._constrainer is None:
+            vocab = self.model.get_output_embeddings().weight.shape[0]  # the logits' width
+            self._constrainer = Constrainer(self.tokenizer, vocab)
+        return self._constrainer.matcher(params.grammar, params.stop_token_ids)
+
     def new_decoder(self) -> FastDecoder | StockDecoder:
         """A decoder of the engine's kind with its own batch state (the continuous batcher's),
         sharing the engine's prefix cache."""
@@ -281,6 +292,7 @@ class HFEngine:
         finish: list[str | None] = [None] * n
         rows = list(range(n))  # prompt index of each row the decoder still holds
         caching = getattr(decoder, "prefix_cache", None) is not None
+        matchers = [self.row_matcher(params) for _ in range(n)] if params.grammar is not None else None
 
         def remember(batch_rows: list[int]) -> None:
             # A row has fed its prompt and every sampled id but the last one.
@@ -294,6 +306,9 @@ class HFEngine:
             logits = decoder.prefill(prompts, params.max_new_tokens)
             row_index = torch.arange(n, device=self.device)
             for step in range(params.max_new_tokens):
+                if matchers is not None:
+                    live_rows = [j for j, r in enumerate(rows) if finish[r] is None]
+                    mask_rows(logits, live_rows, [matchers[rows[j]] for j in live_rows])
                 tok, lp = sample_tokens(logits, temperature=params.temperature, top_p=params.top_p,
                                         uniforms=uniforms[row_index, step])
                 tok_list, lp_list = tok.tolist(), lp.tolist()
@@ -303,6 +318,8 @@ class HFEngine:
                         continue  # finished earlier, still in the decoder until the next compaction
                     tokens_out[r].append(tok_list[j])
                     logprobs_out[r].append(lp_list[j])
+                    if matchers is not None:
+                        matchers[r].advance(tok_list[j])
                     if tok_list[j] in stop_ids:
                         finish[r] = "stop"
                     else:

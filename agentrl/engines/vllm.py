@@ -76,6 +76,10 @@ def row_seed(seed: int, row: int) -> int:
 def check_request(prompts: list[list[int]], params: SamplingParams, max_model_len: int) -> None:
     """The HF engine's request checks, plus vLLM's context limit."""
     validate_request(prompts, params)
+    if params.grammar is not None:
+        raise ValueError("the vllm engine does not take SamplingParams.grammar (capabilities.constrained is False: "
+                         "vLLM's own structured outputs are not wired in yet). Fix: model.engine=hf for constrained "
+                         "decoding")
     longest = max((len(p) for p in prompts), default=0)
     if longest >= max_model_len:
         raise ValueError(f"a prompt has {longest} tokens, not below the engine's max_model_len={max_model_len}. "

@@ -13,9 +13,12 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl.types import Message, ToolCall
+
+if TYPE_CHECKING:
+    from agentrl.engines.grammar import Grammar
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -49,6 +52,8 @@ class ChatRequest:
     stream: bool = False  # answer as server-sent events, live (streaming.py), then [DONE]
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
     tool_name: str | None = None  # the function a named tool_choice forces
+    grammar: Grammar | None = None  # response_format / text.format: constrained decoding (structured.py)
+    grammar_param: str = "response_format"  # the field it came from, named by refusals
 
 
 def _number(body: dict, name: str, default: float | None, lo: float, hi: float, *,
@@ -188,12 +193,6 @@ def _refuse_fields(body: dict) -> None:
         raise RequestError("logit_bias must be an object", "logit_bias")
     if bias:
         raise RequestError(f"logit_bias is not supported (only {{}}): {_DISTRIBUTION}", "logit_bias")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-        raise RequestError(f"response_format={kind!r} is not supported (only {{'type': 'text'}}): the endpoint has "
-                           f"no constrained decoding, so it could not guarantee the format; ask for JSON in the "
-                           f"prompt and parse the text", "response_format")
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and parallel is not True:
         raise RequestError(f"parallel_tool_calls={json.dumps(parallel)} is not supported (only true): the model may "
@@ -233,9 +232,12 @@ def parse_tool_choice(raw: Any, tools: list[dict[str, Any]] | None) -> tuple[str
 
 def parse_request(body: Any, *, max_tokens_limit: int) -> ChatRequest:
     """Check a decoded JSON body; raises RequestError naming the first problem."""
+    from agentrl.serve.structured import read_response_format  # it reads RequestError from here
+
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     _refuse_fields(body)
+    grammar = read_response_format(body.get("response_format"))
     stream = body.get("stream")
     stream = False if stream is None else stream
     if not isinstance(stream, bool):
@@ -277,7 +279,7 @@ def parse_request(body: Any, *, max_tokens_limit: int) -> ChatRequest:
         tool_choice=choice, tool_name=tool_name, temperature=_number(body, "temperature", None, 0.0, 2.0),
         top_p=_number(body, "top_p", None, 0.0, 1.0, lo_open=True), max_tokens=limit, stop=list(stop),
         seed=seed, logprobs=bool(logprobs), stream=stream,
-        include_usage=bool(options.get("include_usage", False)))
+        include_usage=bool(options.get("include_usage", False)), grammar=grammar)
 
 
 @dataclass

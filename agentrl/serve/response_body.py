@@ -50,7 +50,7 @@ def response_object(rid: str, req: ResponsesRequest, model: str, created: int, *
         "incomplete_details": None, "instructions": req.instructions, "max_output_tokens": chat.max_tokens,
         "model": model, "output": output or [], "parallel_tool_calls": True,
         "previous_response_id": req.previous_response_id, "reasoning": None, "store": req.store,
-        "temperature": chat.temperature, "top_p": chat.top_p, "text": {"format": {"type": "text"}},
+        "temperature": chat.temperature, "top_p": chat.top_p, "text": {"format": req.text_format},
         "tool_choice": req.tool_choice, "tools": req.tools, "truncation": "disabled", "metadata": req.metadata,
         "usage": None,
     }

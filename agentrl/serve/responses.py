@@ -60,6 +60,7 @@ class ResponsesRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     tools: list[dict[str, Any]] = field(default_factory=list)  # as sent (echoed in the response)
     tool_choice: str | dict[str, Any] = "auto"  # as sent
+    text_format: dict[str, Any] = field(default_factory=lambda: {"type": "text"})  # text.format as sent (echoed)
 
 
 def _text(value: Any, where: str) -> str:
@@ -138,8 +139,8 @@ def parse_input(raw: Any) -> list[Message]:
 
 def parse_tools(raw: Any) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
     """(the tools as chat templates take them, or None; the tools as sent). Only function
-    tools; ``strict`` is accepted and not enforced (there is no constrained decoding: the
-    arguments are what the model wrote, parsed as for Chat Completions)."""
+    tools; ``strict`` is accepted and not enforced (only ``text.format`` is decoded under a
+    constraint: the arguments are what the model wrote, parsed as for Chat Completions)."""
     if raw is None:
         return None, []
     if not isinstance(raw, list):
@@ -196,12 +197,10 @@ def _refuse_fields(body: dict) -> None:
          and all(x is None for k, x in v.items() if k != "effort"),
          "only {} or {'effort': 'none'}: the chat template is rendered as in training, without a reasoning setting, and the model's "
          "turns have no reasoning summaries"),
-        ("text", lambda v: isinstance(v, dict) and v.get("format", {"type": "text"}) == {"type": "text"}
-         and v.get("verbosity") is None and set(v) <= {"format", "verbosity"},
-         "only {'format': {'type': 'text'}}: json_object and json_schema need constrained decoding, which the "
-         "endpoint does not have (ask for JSON in the prompt and parse the text); the chat template has no "
-         "verbosity setting (the OpenAI Agents SDK asks for verbosity 'low' for its default gpt-5 models: give the "
-         "Agent a model name of your own, e.g. model='agentrl')"),
+        ("text", lambda v: isinstance(v, dict) and v.get("verbosity") is None and set(v) <= {"format", "verbosity"},
+         "only {'format': ...}: a format of type text, json_object or json_schema (structured output); the chat "
+         "template has no verbosity setting (the OpenAI Agents SDK asks for verbosity 'low' for its default gpt-5 "
+         "models: give the Agent a model name of your own, e.g. model='agentrl')"),
         ("include", lambda v: isinstance(v, list) and set(v) <= {LOGPROBS_INCLUDE},
          f"only {LOGPROBS_INCLUDE!r}: there are no built-in tools, images or reasoning to include"),
         ("metadata", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
@@ -222,9 +221,12 @@ def _refuse_fields(body: dict) -> None:
 
 def parse_responses_request(body: Any, *, max_tokens_limit: int) -> ResponsesRequest:
     """Check a decoded JSON body; raises RequestError naming the first problem."""
+    from agentrl.serve.structured import read_text_format  # it reads RequestError from protocol
+
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     _refuse_fields(body)
+    grammar = read_text_format((body.get("text") or {}).get("format"))
     tools, sent_tools = parse_tools(body.get("tools"))
     choice, tool_name = parse_choice(body.get("tool_choice"), tools)
     limit = body.get("max_output_tokens")
@@ -239,9 +241,11 @@ def parse_responses_request(body: Any, *, max_tokens_limit: int) -> ResponsesReq
         model=body.get("model") or "", messages=messages, tools=tools, tool_choice=choice, tool_name=tool_name,
         temperature=_number(body, "temperature", None, 0.0, 2.0),
         top_p=_number(body, "top_p", None, 0.0, 1.0, lo_open=True), max_tokens=limit,
-        logprobs=LOGPROBS_INCLUDE in (body.get("include") or []), stream=bool(body.get("stream")))
+        logprobs=LOGPROBS_INCLUDE in (body.get("include") or []), stream=bool(body.get("stream")),
+        grammar=grammar, grammar_param="text.format")
     store = body.get("store")
     return ResponsesRequest(chat=chat, input=messages, instructions=body.get("instructions"),
                             previous_response_id=body.get("previous_response_id"),
                             store=True if store is None else store, metadata=dict(body.get("metadata") or {}),
-                            tools=sent_tools, tool_choice=body.get("tool_choice") or "auto")
+                            tools=sent_tools, tool_choice=body.get("tool_choice") or "auto",
+                            text_format=(body.get("text") or {}).get("format") or {"type": "text"})

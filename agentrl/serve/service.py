@@ -30,6 +30,7 @@ from agentrl.engines.base import attempt_seed
 from agentrl.serve.capture import AttemptCapture, Turn
 from agentrl.serve.protocol import ChatRequest, Completion, RequestError
 from agentrl.serve.responses import ResponsesRequest
+from agentrl.serve.structured import check_servable
 from agentrl.serve.streaming import LiveTokens
 from agentrl.types import Message
 
@@ -218,6 +219,7 @@ class ChatService:
             held = f" ({state.reserved} held by its requests in flight)" if state.reserved else ""
             raise RequestError(f"this attempt has sampled its budget of {budget.max_sampled_tokens} tokens{held}",
                                code="attempt_budget_exceeded")
+        check_servable(req.grammar, req.grammar_param, self.engine, req.tools, req.tool_choice)
         forced = ""
         if req.tool_choice in ("required", "function"):
             how = self.forced_call()
@@ -251,7 +253,8 @@ class ChatService:
             max_new_tokens=min(req.max_tokens or budget.max_new_tokens, room),
             temperature=req.temperature if req.temperature is not None else budget.temperature,
             top_p=req.top_p if req.top_p is not None else budget.top_p,
-            stop_token_ids=list(self.chat.stop_token_ids), stop_strings=list(req.stop), seed=seed)
+            stop_token_ids=list(self.chat.stop_token_ids), stop_strings=list(req.stop), seed=seed,
+            grammar=req.grammar)
         loop = asyncio.get_running_loop()
         start = loop.time()
         state.reserved += params.max_new_tokens
