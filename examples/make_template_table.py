@@ -61,6 +61,19 @@ def prefix_column(row: CorpusRow, passed: dict[str, bool]) -> str:
     return "no"
 
 
+HAND_WRITTEN = "<!-- Written by hand, not by examples/make_template_table.py"
+
+
+def hand_written_sections(path: Path) -> str:
+    """The sections of the page written by hand (each ``## `` heading followed by the
+    HAND_WRITTEN comment), kept as they are after the generated part."""
+    if not path.is_file():
+        return ""
+    parts = re.split(r"(?m)^(?=## )", path.read_text(encoding="utf-8"))
+    kept = [p for p in parts if p.startswith("## ") and HAND_WRITTEN in p.split("\n", 3)[2]]
+    return "".join("\n" + p.rstrip("\n") + "\n" for p in kept)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     spec = importlib.util.find_spec("trl")
@@ -129,7 +142,7 @@ def main() -> int:
         syntax = re.sub(r"\|", r"\\|", f.description)
         stops = ", ".join(f"`{t}`" for t in f.stop_tokens) or "-"
         lines.append(f"| `{f.name}` | {f.families} | `{syntax}` | {stops} |")
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args.out.write_text("\n".join(lines) + "\n" + hand_written_sections(args.out), encoding="utf-8")
     print(f"wrote {args.out}: {len(rows)} templates, {len(with_calls)} with calls, round trip {after_ok} "
           f"(before {before_ok}), mis-detected before {before_wrong} (+{before_none} undetected), silent drops before {before_silent}, "
           f"no-call templates given a format before {before_claimed}")
