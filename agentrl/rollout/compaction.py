@@ -252,3 +252,25 @@ class SegmentMaker(Protocol):
 
     def __call__(self, seq: TokenSequence, messages: list[Message], records: list[ToolCallRecord],
                  turns: int) -> Trajectory: ...
+
+
+def compaction_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """A step's compaction figures, over its attempts ({} when none compacted or could: the
+    metrics of runs without compaction are unchanged). ``compaction/segments`` is the mean
+    number of segments per attempt, ``compaction/compacted_frac`` the share of attempts that
+    compacted at least once, ``compaction/failed_frac`` the share a compaction error ended.
+
+    >>> t = Trajectory([1], 1, [0], [0.0], [], [], compaction=CompactionSegment(0, 2, "summarize"))
+    >>> compaction_metrics([t, Trajectory([1], 1, [0], [0.0], [], [], sample_index=1)])
+    {'compaction/segments': 1.5, 'compaction/compacted_frac': 0.5, 'compaction/failed_frac': 0.0}
+    """
+    last: dict[tuple[str, int], Trajectory] = {}
+    for t in trajs:
+        last[(t.group_id, t.sample_index)] = t
+    marks = [t.compaction for t in last.values()]
+    if not any(m is not None for m in marks):
+        return {}
+    n = len(marks)
+    return {"compaction/segments": sum(m.segments if m else 1 for m in marks) / n,
+            "compaction/compacted_frac": sum(bool(m and m.segments > 1) for m in marks) / n,
+            "compaction/failed_frac": sum(bool(m and m.error) for m in marks) / n}

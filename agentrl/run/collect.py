@@ -14,6 +14,7 @@ import numpy as np
 
 from agentrl.algo.update import UpdateStats
 from agentrl.rollout.agent_runner import AgentRunner, agent_failures, failed_step_streak
+from agentrl.rollout.compaction import compaction_metrics
 from agentrl.run.config import Config
 from agentrl.run.retry import RetryPolicy, infra_metrics, rollout_scored
 from agentrl.scale import distributed as dist
@@ -135,5 +136,6 @@ def step_metrics(shard: StepShard, st: UpdateStats, lr: float, version: int) -> 
         "filter/dropped_void": float(shard.dropped_void),
         **st.metrics(),
         **infra_metrics(trajs, shard.excluded_infra, shard.dropped_infra_groups),
+        **compaction_metrics(trajs),  # only when the rollout compacts (rollout.compaction)
         "lr": lr, "policy_version": float(version),
     }
