@@ -38,7 +38,7 @@ def accuracy_of(trajs: list[Trajectory], tasks_by_id: dict[str, Task]) -> EvalRe
     failures left out and counted). An attempt of several segments (compacted, or an agent's
     split history) counts once: its segments share one verdict."""
     fam: dict[str, list[float]] = defaultdict(list)
-    last = {(t.group_id, t.sample_index): t for t in trajs}
+    last = {(t.group_id, t.sample_index, t.task_id): t for t in trajs}
     attempts = list(last.values()) if len(last) < len(trajs) else trajs
     ran = [t for t in attempts if t.failure is None]
     for t in ran:

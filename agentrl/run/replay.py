@@ -300,8 +300,10 @@ def _rollout(trainer, run_dir: Path, step: int, tape: StepTape, live_tools: bool
 
 
 def _key(t: Trajectory) -> tuple[str, int, int]:
-    """An attempt's segment: an OpenAI-API agent's attempt may be several (``AgentSegment.index``)."""
-    return t.group_id, t.sample_index, t.agent.index if t.agent is not None else 0
+    """An attempt's segment: an OpenAI-API agent's attempt (``AgentSegment``) or a compacted
+    one (``CompactionSegment``) may be several."""
+    part = t.agent or t.compaction
+    return t.group_id, t.sample_index, part.index if part is not None else 0
 
 
 def compare_attempts(rec: Trajectory, rep: Trajectory | None, decode,
