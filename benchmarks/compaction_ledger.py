@@ -128,7 +128,7 @@ def table(args) -> None:
             ax.plot(steps, mean, marker="o", label=name)
         ax.set_xlabel("GRPO step")
         ax.set_ylabel("held-out success, greedy (mean of seeds)")
-        ax.set_title("ledger, 350-token context budget (unlimited: none)")
+        ax.set_title("ledger: 350-token context budget (unlimited: no budget)")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(args.plot, dpi=110)
