@@ -15,7 +15,7 @@ from agentrl.engines.scripted import PerRequestScriptedEngine, ScriptedEngine
 from agentrl.env import Score, final_answer
 from agentrl.rollout.compaction import DEFAULT_COMPACTION_PROMPT, SUMMARY_HEADER, resume_messages
 from agentrl.run.scoring import score_all
-from agentrl.types import ConfigError, Message, Span, Trajectory, read_jsonl, write_jsonl
+from agentrl.types import ConfigError, Message, Span, ToolCall, Trajectory, read_jsonl, write_jsonl
 from tests.fixture_paths import QWEN25
 
 PAGES = 4
@@ -230,3 +230,48 @@ def test_a_mid_turn_format_is_refused(tok):
                            RolloutConfig(compaction="summarize", context_budget=512))
     with pytest.raises(ConfigError, match="runs its calls inside a turn"):
         runner.run([TASK], 1)
+
+
+@pytest.mark.parametrize("tokenizer, template", [("qwen3", "qwen3_training"),
+                                                 ("mistral-v3", "mistralai-Mistral-Nemo-Instruct-2407.jinja")])
+def test_the_summary_turn_in_other_families_templates(tokenizer, template):
+    """The summary is an ordinary assistant turn of each family's template. Mistral's template
+    refuses a user turn right after tool results (strict alternation): the request then ends the
+    last result. A budget one token short of the whole attempt makes it compact."""
+    from transformers import AutoTokenizer
+
+    from tests.fixture_paths import TEMPLATES, TOKENIZERS
+
+    tok = AutoTokenizer.from_pretrained(TOKENIZERS / tokenizer)
+    chat = ChatTemplate(tok, template if template.startswith("qwen3") else str(TEMPLATES / template))
+    schemas = [page.schema()]
+
+    def turn(msg: Message) -> list[int]:  # an assistant turn exactly as the template writes it
+        head = [Message("user", "x")]
+        text = chat.render([*head, msg], schemas)[len(chat.render(head, schemas, add_generation_prompt=True)):]
+        return ids(tok, text[: text.find(chat.turn_end) + len(chat.turn_end)])
+
+    def script(prompt: list[int], _call: int) -> list[int]:
+        text = tok.decode(prompt)
+        pages = [int(n) for n in re.findall(r"PAGE (\d+):", text)]
+        if DEFAULT_COMPACTION_PROMPT in text[-300:]:
+            return turn(Message("assistant", f"through page {max(pages)}"))
+        nxt = max(pages + [int(n) for n in re.findall(r"through page (\d+)", text)], default=0) + 1
+        if nxt > PAGES:
+            return turn(Message("assistant", f"<answer>{TASK.answer}</answer>"))
+        return turn(Message("assistant", "", tool_calls=[ToolCall("page", {"n": nxt}, id=f"call{nxt:05d}")]))
+
+    def go(mode: str, budget: int | None) -> list[Trajectory]:
+        runner = RolloutRunner(PerRequestScriptedEngine(script), chat, ToolBox([page], tokenizer=tok, max_output_tokens=64),
+                               RolloutConfig(max_turns=8, max_new_tokens=40, compaction=mode, context_budget=budget))
+        return runner.run([TASK], 1, system_prompt="Be brief.").trajectories
+
+    (whole,) = go("none", None)
+    segments = go("summarize", len(whole.token_ids) - 1)
+    assert len(segments) >= 2 and segments[-1].finish_reason == "stop"
+    assert Ledger().score(TASK, segments[-1].messages).reward == 1.0
+    for t in segments:
+        t.check()
+        assert not any(c.error for c in t.tool_calls)
+    assert "through page" in decoded(tok, segments[0], "model")[-1]  # the sampled summary turn, trained
+    assert SUMMARY_HEADER + segments[0].messages[-1].content in tok.decode(segments[1].token_ids[:segments[1].prompt_len])

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agentrl.chat import ChatTemplate, Segment
+from agentrl.chat import ChatTemplate, Segment, TemplateError
 from agentrl.engines.base import Generation
 from agentrl.env import DEFAULT_COMPACTION_PROMPT, SUMMARY_HEADER, resume_messages  # noqa: F401  (re-exported)
 from agentrl.rollout.base import RolloutConfig
@@ -65,6 +65,18 @@ class CompactionState:
     summary_due: bool = False  # the request is appended: the attempt's next generation is the summary
     error: str | None = None  # why compaction could not go on (the attempt ended "length")
     turns_before: int = 0  # the attempt's model turns before the current segment
+
+
+@dataclass
+class SummaryRequest:
+    """What a summary mode appends before the summary: the results and the instruction."""
+
+    segments: list[Segment]  # their ids, by span kind
+    messages: list[Message]  # the same as messages (the transcript the checker and templates read)
+
+    @property
+    def length(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments)
 
 
 class Attempt(Protocol):
@@ -133,25 +145,42 @@ class Compactor:
         the budget for the next turn. The summary modes compact one turn ahead, while the
         summary still fits: when, after these results, a next turn (max_new_tokens) and results
         as long as these, the summary request and the summary (max_new_tokens) would not."""
-        request: list[Segment] | None = None
+        request: SummaryRequest | None = None
         if self.mode != "truncate":
             try:
-                request = self.chat.continuation(a.messages, [*new, Message("user", self.prompt)], tools,
-                                                  a.sampled_end)
+                request = self._request(a, new, tools)
             except Exception as e:  # a template that cannot render it: the rollout's template rule
                 a.finish_reason, a.pending = "error", []
                 a.records[-1].error = a.records[-1].error or f"template: {e}"
                 return True
         plain = sum(len(s.token_ids) for s in segments)
-        ahead = plain if request is None else plain + self.room + sum(len(s.token_ids) for s in request) + self.room
+        ahead = plain if request is None else plain + self.room + request.length + self.room
         if not overflows(len(a.seq), ahead, 0 if request is not None else self.room, self.limit):
             return False
         self._compact(a, new, request, tools)
         return True
 
+    def _request(self, a: Attempt, new: list[Message], tools: list[dict] | None) -> "SummaryRequest":
+        """The results and the summary request as one continuation: a user message after the
+        results; for a template that refuses a user turn right after tool results (Mistral's
+        strict alternation), the instruction ends the last result instead (then part of its
+        ``tool`` span)."""
+        ask = [*new, Message("user", self.prompt)]
+        try:
+            segments = self.chat.continuation(a.messages, ask, tools, a.sampled_end)
+        except TemplateError:
+            last = new[-1]
+            ask = [*new[:-1], Message(last.role, f"{last.content}\n\n{self.prompt}", last.tool_calls,
+                                      last.tool_call_id, last.name)]
+            return SummaryRequest(self.chat.continuation(a.messages, ask, tools, a.sampled_end), ask)
+        # the request's text is the harness's, not a tool's: the last content segment
+        last_content = max(i for i, s in enumerate(segments) if s.kind == "tool")
+        segments[last_content] = Segment(segments[last_content].token_ids, "template")
+        return SummaryRequest(segments, ask)
+
     # -- the overflow: compact, or end the attempt ---------------------------------------
 
-    def _compact(self, a: Attempt, new: list[Message], request: list[Segment] | None,
+    def _compact(self, a: Attempt, new: list[Message], request: "SummaryRequest | None",
                  tools: list[dict] | None) -> None:
         """Truncate now, or append the summary request (the next generation is the summary),
         or end the attempt. ``a.pending`` is cleared either way."""
@@ -163,15 +192,12 @@ class Compactor:
                                  "(rollout.max_compactions)")
         if request is None:
             return self._truncate(a, new, tools)
-        if len(a.seq) + sum(len(s.token_ids) for s in request) + 1 > self.limit:
+        if len(a.seq) + request.length + 1 > self.limit:
             return self._fail(a, f"no_room: the tool results and the summary request leave no token of the "
                                  f"{self.limit}-token budget for the summary")
-        # the request's text is the harness's, not a tool's: the last content segment
-        last = max(i for i, s in enumerate(request) if s.kind == "tool")
-        request[last] = Segment(request[last].token_ids, "template")
-        for s in request:
+        for s in request.segments:
             a.seq.append(s.token_ids, s.kind)
-        a.messages.extend([*new, Message("user", self.prompt)])
+        a.messages.extend(request.messages)
         st.summary_due = True
 
     def absorb_summary(self, a: Attempt, g: Generation, budget: int, tools: list[dict] | None) -> None:
