@@ -32,7 +32,8 @@ CONFIG = "examples/compaction_tiny.yaml"
 
 def run(args) -> None:
     for seed in args.seeds:
-        for name, overrides in VARIANTS.items():
+        for name in args.variants:
+            overrides = VARIANTS[name]
             out = Path(args.out) / f"{name}_seed{seed}"
             if (out / "metrics.jsonl").exists() and not args.force:
                 continue
@@ -144,6 +145,7 @@ def main() -> None:
     r.add_argument("--eval-every", type=int, default=10)
     r.add_argument("--out", default="runs/compaction")
     r.add_argument("--force", action="store_true")
+    r.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     r.add_argument("extra", nargs="*", help="more config overrides")
     t = sub.add_parser("table")
     t.add_argument("--out", default="runs/compaction")
