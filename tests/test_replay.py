@@ -352,3 +352,24 @@ def test_a_run_resumed_after_a_kill_drops_and_rewrites_the_lost_steps_tape(runs,
     assert after.update == before.update and after.draws == before.draws
     strip = lambda calls: [(c.key, c.name, c.arguments, c.content, c.error) for c in calls]  # noqa: E731
     assert strip(after.calls) == strip(before.calls)  # everything but the latencies
+
+
+@pytest.mark.slow
+def test_a_compacted_async_run_trains_and_replays(tmp_path):
+    """rollout.compaction=summarize on the ledger example with the rollout thread: the run
+    trains on compacted attempts (segments recorded), and a step replays segment by segment."""
+    from agentrl.run.config import load_config
+    from agentrl.run.trainer import Trainer
+
+    run = tmp_path / "compaction"
+    cfg = load_config(ROOT / "examples" / "compaction_tiny.yaml", [
+        f"output_dir={run}", "train.steps=2", "eval.at_start=false", "eval.every=0", "eval.num_tasks=4",
+        "train.prompts_per_step=4", "algo.num_samples=4", "train.checkpoint_every=100", "train.max_staleness=1",
+        "warmstart.num_demos=400", "warmstart.steps=150"])
+    Trainer(cfg).train()
+    trajs = [t for s in (1, 2) for t in read_jsonl(str(run / "rollouts" / f"step_{s:06d}.jsonl"))]
+    compacted = [t for t in trajs if t.compaction is not None and t.compaction.segments > 1]
+    assert compacted and {t.compaction.index for t in compacted} >= {0, 1}
+    report, text = _replay(run, 2)
+    assert report.ok, text
+    assert report.rollout.attempts == report.rollout.equal == len([t for t in trajs if t.group_id.startswith("s2")])
