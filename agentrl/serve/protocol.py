@@ -173,15 +173,21 @@ REFUSED = {
 }
 
 
+def refuse_unread(body: dict, read, ignored, refused: dict[str, str], api: str) -> None:
+    """A 400 for the first field of ``body`` that is neither read nor ignored: the reason
+    ``refused`` gives, or that ``api`` has no such parameter here (nothing is silently dropped)."""
+    for name, value in body.items():
+        if value is None or name in read or name in ignored:
+            continue
+        if name in refused:
+            raise RequestError(f"{name} is not supported: {refused[name]}", name)
+        raise RequestError(f"{name} is not a {api} parameter this endpoint honours; it is refused "
+                           f"rather than ignored (docs/openai_agents.md lists every field)", name)
+
+
 def _refuse_fields(body: dict) -> None:
     """Refuse the fields (and the values of read fields) the endpoint cannot honour exactly."""
-    for name, value in body.items():
-        if value is None or name in READ or name in IGNORED:
-            continue
-        if name in REFUSED:
-            raise RequestError(f"{name} is not supported: {REFUSED[name]}", name)
-        raise RequestError(f"{name} is not a Chat Completions parameter this endpoint honours; it is refused "
-                           f"rather than ignored (docs/openai_agents.md lists every field)", name)
+    refuse_unread(body, READ, IGNORED, REFUSED, "Chat Completions")
     for name in ("frequency_penalty", "presence_penalty"):
         v = body.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):

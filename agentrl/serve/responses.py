@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.serve.protocol import ChatRequest, RequestError, _number, parse_tool_choice
+from agentrl.serve.protocol import ChatRequest, RequestError, _number, parse_tool_choice, refuse_unread
 from agentrl.types import Message, ToolCall
 
 # Every Responses request field, by what the endpoint does with it (docs/openai_agents.md,
@@ -178,13 +178,7 @@ def parse_choice(raw: Any, tools: list[dict[str, Any]] | None) -> tuple[str, str
 
 
 def _refuse_fields(body: dict) -> None:
-    for name, value in body.items():
-        if value is None or name in READ or name in IGNORED:
-            continue
-        if name in REFUSED:
-            raise RequestError(f"{name} is not supported: {REFUSED[name]}", name)
-        raise RequestError(f"{name} is not a Responses parameter this endpoint honours; it is refused rather than "
-                           f"ignored (docs/openai_agents.md lists every field)", name)
+    refuse_unread(body, READ, IGNORED, REFUSED, "Responses")
     checks = [
         ("parallel_tool_calls", lambda v: v is True, "only true: the model may write several calls in one turn, and "
          "dropping some would hand back a turn that is not the one sampled and trained on"),
