@@ -243,7 +243,31 @@ def test_the_summary_turn_in_other_families_templates(tokenizer, template):
     from tests.fixture_paths import TEMPLATES, TOKENIZERS
 
     tok = AutoTokenizer.from_pretrained(TOKENIZERS / tokenizer)
-    chat = ChatTemplate(tok, template if template.startswith("qwen3") else str(TEMPLATES / template))
+    _check_summary_turn(tok, ChatTemplate(tok, template if template.startswith("qwen3") else str(TEMPLATES / template)))
+
+
+# more families from TRL's corpus (read as tests/test_formats_rollout.py reads it). Formats whose
+# call turn ends on a token of its own (harmony's <|call|>, gemma4's) need a script that writes
+# that closer; this one ends every turn on the template's turn end, so they are not listed.
+FAMILIES = [("qwen2_5.jinja", "hermes"), ("llama3_1.jinja", "llama3_json"), ("qwen3_6.jinja", "qwen_xml"),
+            ("muse_glimmer.jinja", "atem_xml")]
+
+
+@pytest.mark.parametrize("name, fmt", FAMILIES)
+def test_the_summary_turn_in_every_formats_template(name, fmt):
+    """The same compacted attempt through one real template of each call format."""
+    from tests.test_formats_rollout import CORPUS, _tokenizer_for
+
+    if CORPUS is None:
+        pytest.skip("trl is not installed (its chat_templates folder is the corpus)")
+    source = (CORPUS / name).read_text()
+    tok = _tokenizer_for(source)
+    chat = ChatTemplate(tok, str(CORPUS / name))
+    assert chat.tool_call_format == fmt
+    _check_summary_turn(tok, chat)
+
+
+def _check_summary_turn(tok, chat) -> None:
     schemas = [page.schema()]
 
     def turn(msg: Message) -> list[int]:  # an assistant turn exactly as the template writes it
