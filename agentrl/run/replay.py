@@ -43,7 +43,7 @@ from agentrl.types import Trajectory, TrainerMarks, read_jsonl
 
 # The per-attempt loop's sampler log-probs may differ from the recording's by float rounding:
 # the continuous batcher groups attempts into decode batches by timing, and a CPU matmul's
-# rounding depends on the batch's shape (docs/replay.md: measured max |Δμ| ~1e-6 on the tiny model).
+# rounding depends on the batch's shape (docs/replay.md: measured max |Δμ| 5.7e-6 tiny, 1.5e-5 SmolLM2).
 ATTEMPT_LOOP_TOL = 1e-4
 
 
@@ -244,16 +244,17 @@ def last_taped_step(run_dir: str | Path) -> int:
     return steps[-1]
 
 
-def _recorded(run_dir: Path, step: int, rank: int = 0, world: int = 1) -> list[Trajectory]:
-    """Step ``step``'s recorded trajectories of ``rank``: the groups its ``shard_whole_groups``
+def _recorded(run_dir: Path, tape: StepTape, rank: int = 0, world: int = 1) -> list[Trajectory]:
+    """The tape's step's recorded trajectories of ``rank``: the groups its ``shard_whole_groups``
     slice of each draw's prompts made (the file holds every rank's, in rank order)."""
+    step = tape.step
     path = run_dir / "rollouts" / f"step_{step:06d}.jsonl"
     if not path.is_file():
         raise ConfigError(f"{path} is missing: replay needs every step's rollouts (train.log_rollouts=true)")
     trajs = read_jsonl(str(path))
     if world == 1:
         return trajs
-    mine = {f"{d.group_prefix}{task_id}" for d in read_step_tape(run_dir, step).draws
+    mine = {f"{d.group_prefix}{task_id}" for d in tape.draws
             for task_id in dist.shard_whole_groups(d.task_ids, rank, world)}
     return [t for t in trajs if t.group_id in mine]
 
@@ -261,12 +262,12 @@ def _recorded(run_dir: Path, step: int, rank: int = 0, world: int = 1) -> list[T
 def _update(trainer, run_dir: Path, step: int) -> UpdateCheck:
     """Step ``step``'s update from its recorded trajectories (the trainer's marks recomputed)."""
     rank = trainer.dist.rank
-    trajs = _recorded(run_dir, step, rank, trainer.dist.world_size)
+    tape = read_step_tape(run_dir, step)
+    trajs = _recorded(run_dir, tape, rank, trainer.dist.world_size)
     for t in trajs:
         t.trained = TrainerMarks()
     _, _, st = trainer.update(trajs)
-    recorded = read_step_tape(run_dir, step).update
-    return UpdateCheck(step, recorded, st.loss, st.grad_norm, params_digest(trainer.model), rank=rank)
+    return UpdateCheck(step, tape.update, st.loss, st.grad_norm, params_digest(trainer.model), rank=rank)
 
 
 def _rollout(trainer, run_dir: Path, step: int, tape: StepTape, live_tools: bool) -> RolloutCheck:
@@ -283,7 +284,7 @@ def _rollout(trainer, run_dir: Path, step: int, tape: StepTape, live_tools: bool
                          logprob_tol=ATTEMPT_LOOP_TOL if loop == "attempt" else 0.0)
     by_key = {_key(t): t for t in replayed}
     decode = trainer.tokenizer.decode
-    for rec in _recorded(run_dir, step, trainer.dist.rank, trainer.dist.world_size):
+    for rec in _recorded(run_dir, tape, trainer.dist.rank, trainer.dist.world_size):
         check.attempts += 1
         rep = by_key.pop(_key(rec), None)
         d = compare_attempts(rec, rep, decode, check.logprob_tol)

@@ -185,7 +185,8 @@ class TapeRecorder:
         self.cfg = cfg
         self.pool = pool  # the training tasks the step's prompts are drawn from
         self.hashes = run_hashes(config_text(cfg), tokenizer, chat)
-        self.tools = ToolTape("record")  # shared by the trainer's toolbox and the rollout thread's
+        # shared by the trainer's toolbox and the rollout thread's; evaluations' calls are not kept
+        self.tools = ToolTape("record", record_if=lambda tid: step_of(tid) is not None)
 
     def attach(self, toolbox) -> None:
         toolbox.tape = self.tools
@@ -199,7 +200,6 @@ class TapeRecorder:
         from agentrl.scale import distributed as dist
 
         t0 = time.perf_counter()
-        self.tools.discard(lambda tid: step_of(tid) is None)  # evaluations' calls: not the step's data
         calls = self.tools.take(lambda tid: step_of(tid) == step)
         parts = dist.gather_to_main((calls, params_digest(model)))
         if parts is None:

@@ -115,10 +115,14 @@ class ToolTape:
     """Records, serves or checks a ToolBox's calls (module docstring). Thread-safe: the
     asynchronous producer's rollout thread and the trainer's thread may share one."""
 
-    def __init__(self, mode: str = "record", calls: list[CallRecord] | None = None):
+    def __init__(self, mode: str = "record", calls: list[CallRecord] | None = None,
+                 record_if: Callable[[str], bool] | None = None):
+        """``record_if``: in record mode, the attempts (by ``trajectory_id``) whose calls are
+        kept; the others' only run (a run's evaluations are not a step's data)."""
         if mode not in MODES:
             raise ValueError(f"ToolTape mode {mode!r}: one of {', '.join(MODES)}")
         self.mode = mode
+        self.record_if = record_if
         self._lock = threading.Lock()
         self._next: dict[tuple[str, int | None], int] = {}
         self._calls: dict[tuple[str, int | None, int], CallRecord] = {c.key: c for c in calls or []}
@@ -134,6 +138,8 @@ class ToolTape:
 
     async def through(self, run: Run, name: str, arguments: Any, ctx: ToolContext) -> ToolResult:
         """``run(name, arguments, ctx)``, recorded, served from the tape or checked against it."""
+        if self.mode == "record" and self.record_if is not None and not self.record_if(ctx.trajectory_id):
+            return await run(name, arguments, ctx)
         index = self._number(ctx)  # numbered before any await: the attempt's own call order
         if self.mode == "record":
             res = await run(name, arguments, ctx)
@@ -164,17 +170,16 @@ class ToolTape:
 
     def take(self, keep: Callable[[str], bool]) -> list[CallRecord]:
         """Remove and return the recorded calls whose ``trajectory_id`` passes ``keep``, in
-        (attempt, seed, index) order; the others stay (a later step's, already in flight)."""
+        (attempt, seed, index) order, and forget those attempts' call numbering (they are over);
+        the others stay (a later step's, already in flight)."""
         with self._lock:
             out = sorted((c for c in self._calls.values() if keep(c.trajectory_id)),
                          key=lambda c: (c.trajectory_id, str(c.seed), c.index))
             for c in out:
                 del self._calls[c.key]
+            for k in [k for k in self._next if keep(k[0])]:
+                del self._next[k]
             return out
-
-    def discard(self, drop: Callable[[str], bool]) -> None:
-        """Forget the recorded calls whose ``trajectory_id`` passes ``drop`` (evaluations')."""
-        self.take(drop)
 
 
 def _record(ctx: ToolContext, index: int, name: str, arguments: Any, res: ToolResult) -> CallRecord:
