@@ -160,12 +160,18 @@ def wait(key: str) -> str:
         key: what to look up.
     """
     start = time.monotonic()
-    time.sleep(1.0 if key == "slow" else 0.02)
+    if key == "late" and LATE_AFTER:  # return once the others' next turn is a few steps in
+        stats, begun = LATE_AFTER[0], LATE_AFTER[0].steps
+        while stats.steps < begun + 3 and time.monotonic() - start < 10:
+            time.sleep(0.001)
+    else:
+        time.sleep(1.0 if key == "slow" else 0.02)
     CALLS.append((key, start, time.monotonic()))
     return f"{key} = 42"
 
 
 CALLS: list[tuple[str, float, float]] = []
+LATE_AFTER: list = []  # the batcher stats a "late" call watches
 
 
 def call_script(tok, tool_turns: int):
@@ -227,10 +233,18 @@ def test_a_slow_tool_holds_back_only_its_own_attempt(engine, loop):
         assert fast_done > first_slow_end
 
 
-def scripted_real(engine: HFEngine, tool_turns: int = 2) -> tuple[ScriptedTurnsEngine, ChatTemplate, ToolBox]:
+def scripted_real(engine: HFEngine, tool_turns: int = 2, turn_tokens: int = 24,
+                  late_task: str | None = None) -> tuple[ScriptedTurnsEngine, ChatTemplate, ToolBox]:
+    """``late_task``: that task's calls return only after the batcher has stepped 3 more times,
+    so its next turn joins a running batch whatever the machine's load."""
     tok = engine.tokenizer
-    script = TurnScript(tok, turn_tokens=24, tool_turns=tool_turns,
-                        call=lambda text: json.dumps({"name": "wait", "arguments": {"key": "fast"}}),
+
+    def call(text: str) -> str:
+        first = "<tool_call>" not in text  # only the first call: later, the others may be done
+        key = "late" if late_task and late_task in text and first else "fast"
+        return json.dumps({"name": "wait", "arguments": {"key": key}})
+
+    script = TurnScript(tok, turn_tokens=turn_tokens, tool_turns=tool_turns, call=call,
                         answer=lambda text, sampled: "42")
     return ScriptedTurnsEngine(engine, script), ChatTemplate(tok), ToolBox([wait], tokenizer=tok)
 
@@ -239,11 +253,14 @@ def test_an_attempt_samples_the_same_tokens_whatever_shares_its_batches(engine):
     """Real sampling on the tiny model: attempt (task, sample) gets the same ids in a batch of
     4 tasks x 3 as in a batch of 1 task x 3 (its own random streams), through tool turns that
     make attempts join and leave the decode batch at different steps."""
-    scripted, chat, box = scripted_real(engine)
-    cfg = RolloutConfig(max_turns=3, max_new_tokens=24, max_total_tokens=4096)
+    scripted, chat, box = scripted_real(engine, turn_tokens=48, late_task="question 1")
+    LATE_AFTER[:] = [engine.batcher_stats]
+    CALLS.clear()
+    cfg = RolloutConfig(max_turns=3, max_new_tokens=48, max_total_tokens=4096)
     runner = RolloutRunner(scripted, chat, box, cfg)
     joins = engine.batcher_stats.joins
     big = runner.run(tasks(4), 3, seed=5)
+    assert sum(key == "late" for key, _, _ in CALLS) == 3  # t1's first calls
     assert engine.batcher_stats.joins > joins
     small = runner.run(tasks(4)[2:3], 3, seed=5)
     mine = [t for t in big.trajectories if t.task_id == "t2"]
