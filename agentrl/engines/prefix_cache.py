@@ -102,6 +102,13 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def nbytes(self) -> int:
+        """Bytes the cached keys and values hold, all entries together (an entry that is a view
+        into a larger tensor holds all of that tensor; a storage shared by entries counts once)."""
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for e in self._entries.values() for t in (e.keys, e.values)}
+        return sum(storages.values())
+
     def clear(self) -> None:
         self._entries.clear()
         self._index.clear()

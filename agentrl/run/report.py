@@ -88,7 +88,27 @@ def _training(steps: list[dict]) -> list[str]:
     update = sum(r.get("time/update", 0.0) for r in steps)
     out.append(f" {'time':<20} {total:.1f} s in {len(steps)} steps: rollout {rollout:.1f} s, update {update:.1f} s, "
                f"other {max(0.0, total - rollout - update):.1f} s")
+    out += _memory(steps)
     return out
+
+
+def _memory(steps: list[dict]) -> list[str]:
+    """The run's peak resident memory, the phase it came in, and what was held
+    (agentrl/run/memory.py); nothing for runs written before it was measured.
+
+    >>> _memory([{"memory/peak_gb": 3.0, "memory/peak_update_gb": 3.0, "memory/peak_rollout_gb": 2.0,
+    ...           "memory/weights_gb": 0.5, "memory/optimizer_gb": 1.0}])
+    [' peak memory          3.00 GB (rollout 2.00, update 3.00); held: weights 0.50, optimizer 1.00 GB']
+    """
+    rows = [r for r in steps if r.get("memory/peak_gb") is not None]
+    if not rows:
+        return []
+    top = max(rows, key=lambda r: r["memory/peak_gb"])
+    phases = ", ".join(f"{p} {max(r.get(f'memory/peak_{p}_gb') or 0.0 for r in rows):.2f}"
+                       for p in ("rollout", "update", "eval") if any(f"memory/peak_{p}_gb" in r for r in rows))
+    held = ", ".join(f"{k} {top[f'memory/{k}_gb']:.2f}" for k in ("weights", "grads", "optimizer", "frozen",
+                                                                "prefix_cache") if top.get(f"memory/{k}_gb"))
+    return [f" {'peak memory':<20} {top['memory/peak_gb']:.2f} GB ({phases}); held: {held} GB"]
 
 
 def _infrastructure(steps: list[dict]) -> list[str]:

@@ -49,6 +49,7 @@ from agentrl.run.alarms import AlarmMonitor, AlarmStop
 from agentrl.run.canary import WeightCanary
 from agentrl.run.retry import InfraStopError, RetryPolicy, stop_on_infra_failures
 from agentrl.run.tape import TapeRecorder
+from agentrl.run.memory import Holdings, MemoryMeter
 from agentrl.run.resume import find_resume_checkpoint
 from agentrl.scale.weight_sync import WeightSlots, WeightSync
 from agentrl.types import Task, Trajectory, write_jsonl
@@ -64,13 +65,16 @@ class TrainResult:
     final_eval: float | None  # ... and of its last
     first_eval_step: int | None = None
     final_eval_step: int | None = None
+    peak_memory_gb: float | None = None  # this process's peak resident set (agentrl.run.memory)
 
     def summary(self) -> str:
-        """One line for the terminal, e.g. ``eval accuracy 0.000 (step 0) -> 1.000 (step 30)``."""
+        """One line for the terminal, e.g. ``eval accuracy 0.000 (step 0) -> 1.000 (step 30); peak
+        memory 2.41 GB``."""
+        memory = f"; peak memory {self.peak_memory_gb:.2f} GB" if self.peak_memory_gb else ""
         if self.first_eval is None or self.final_eval is None:
-            return "no evaluation ran (set eval.every or eval.at_start=true)"
+            return "no evaluation ran (set eval.every or eval.at_start=true)" + memory
         return (f"eval accuracy {self.first_eval:.3f} (step {self.first_eval_step}) -> "
-                f"{self.final_eval:.3f} (step {self.final_eval_step})")
+                f"{self.final_eval:.3f} (step {self.final_eval_step})" + memory)
 
 
 class Trainer:
@@ -115,6 +119,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.env = make_env(cfg)
         self.state = TrainState(step=0, policy_version=0)
+        self.memory = MemoryMeter()  # peak resident memory per phase (agentrl.run.memory)
 
     def _find_checkpoint(self) -> Path | None:
         """The checkpoint to resume from (``resume=true``: only agentrl.run.resume.RESUMABLE
@@ -263,7 +268,8 @@ class Trainer:
         t0 = time.perf_counter()
         extra: dict[str, float] = {}
         if self.producer is None:  # synchronous: sample with the current weights, then update
-            trajs, timing = self.collect(step)
+            with self.memory.phase("rollout"):
+                trajs, timing = self.collect(step)
             waited = time.perf_counter() - t0
         else:  # the rollout thread sampled this batch ahead; drop what the bound forbids
             batch, waited = self.producer.next_batch(step)
@@ -275,7 +281,8 @@ class Trainer:
         stop_on_infra_failures(trajs, cfg.train.max_infra_fail_frac, step,
                                lambda all_trajs: self._write_rollouts(step, all_trajs))
         t1 = time.perf_counter()
-        adv, filt, st = self.update(trajs)
+        with self.memory.phase("update"):
+            adv, filt, st = self.update(trajs)
         t_update = time.perf_counter() - t1
         if not self._producer_owns_engine:  # the weight_sync alarm's figures (agentrl/run/canary.py)
             extra.update(self.canary.after_sync(self.model))
@@ -389,13 +396,14 @@ class Trainer:
                 self.state = TrainState(step=step, policy_version=self.version)
                 is_last = step == cfg.train.steps
                 if (cfg.eval.every and step % cfg.eval.every == 0) or is_last:
-                    with self._engine_for_eval():
+                    with self._engine_for_eval(), self.memory.phase("eval"):
                         res = self.run_eval(step)
                     if res is not None:
                         m.update(res.metrics())
                         final = res.accuracy
                 fired = []
                 if self.main:
+                    m.update(self.memory.step_metrics(self._holdings()))
                     fired = self.alarms.step(step, m, self.step_trajectories)
                     self.metrics.log(step, m)
                     bar.set_postfix(reward=f"{m['reward/mean']:.2f}", step_s=f"{m['time/step']:.1f}",
@@ -436,7 +444,13 @@ class Trainer:
         if self._own_group:
             dist.shutdown()
         (s0, first), (s1, final) = (evals[0], evals[-1]) if evals else ((None, None), (None, None))
-        return TrainResult(self.run_dir, self.state.step, first, final, s0, s1)
+        self.log(self.memory.summary(self._holdings()))
+        return TrainResult(self.run_dir, self.state.step, first, final, s0, s1, self.memory.run_peak / 1e9)
+
+    def _holdings(self) -> Holdings:
+        """What the run holds between phases (agentrl.run.memory)."""
+        frozen = [self.ref_model, self.teacher_model, getattr(self.engine, "model", None)]
+        return Holdings.of(self.model, self.optimizer, frozen, self.engine)
 
     def _evaluations(self) -> list[tuple[int, float]]:
         """(step, held-out accuracy) of every evaluation in the run directory, this session's

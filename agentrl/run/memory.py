@@ -1,0 +1,169 @@
+"""The trainer process's resident memory: its peak per phase, and what holds it.
+
+Each step's metrics carry ``memory/peak_gb`` (the step's peak resident set), the peak of each
+phase (``memory/peak_rollout_gb``, ``memory/peak_update_gb``, ``memory/peak_eval_gb``) and the
+bytes of what the run holds between phases, from the tensors themselves:
+
+- ``memory/weights_gb``: the policy's parameters (the sampler shares them on one process);
+- ``memory/grads_gb``: their ``.grad`` tensors that are kept between steps;
+- ``memory/optimizer_gb``: the optimizer's state (AdamW: two float32 moments per parameter);
+- ``memory/frozen_gb``: a reference or teacher model, a sampler's own copy of the weights;
+- ``memory/prefix_cache_gb``: the engine's cached KV between turns (``PrefixCache``);
+- ``memory/rest_gb``: the resident set minus all of these: activations and logits not yet
+  returned, the allocator's free lists, Python, and the libraries' code.
+
+A phase's peak comes from Linux's high-water mark of the resident set (``VmHWM`` in
+``/proc/self/status``), reset when the phase starts by writing ``5`` to
+``/proc/self/clear_refs``. Where that is not allowed (another OS, a locked-down container),
+the peaks are the process's peak so far (``getrusage``), which never goes down; the run
+summary says which it measured.
+
+>>> meter = MemoryMeter()
+>>> with meter.phase("update"):
+...     block = bytearray(64 << 20)  # 64 MiB, touched
+>>> meter.peaks["update"] >= 64 << 20
+True
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+
+GB = 1e9
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def resident_bytes() -> int:
+    """The resident set now (``VmRSS``), or the peak so far where /proc is absent."""
+    return _status_field("VmRSS") or _peak_so_far()
+
+
+def _status_field(name: str) -> int:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(name + ":"):
+                return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return 0
+
+
+def _peak_so_far() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+def _reset_peak() -> bool:
+    try:
+        _CLEAR_REFS.write_text("5")  # resets VmHWM only; nothing else changes
+        return True
+    except OSError:
+        return False
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (views and tied weights count once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if t is None or not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+            continue
+        storage = t.untyped_storage()
+        if storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        total += storage.nbytes()
+    return total
+
+
+def _optimizer_tensors(optimizer) -> Iterator[torch.Tensor]:
+    for state in getattr(optimizer, "state", {}).values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                yield value
+
+
+@dataclass
+class Holdings:
+    """Bytes the run holds between phases, from the tensors (CPU tensors only: on a GPU the
+    resident set holds none of them)."""
+
+    weights: int  # the policy's parameters
+    grads: int  # their .grad tensors, when kept between steps
+    optimizer: int  # the optimizer's state
+    frozen: int  # reference / teacher models, a sampler's own weights
+    prefix_cache: int  # the engine's KV kept between turns
+
+    @classmethod
+    def of(cls, model, optimizer=None, frozen_models: Iterable = (), engine=None) -> "Holdings":
+        params = list(model.parameters())
+        policy = {p.untyped_storage().data_ptr() for p in params}
+        frozen = []
+        for m in frozen_models:
+            if m is not None:
+                frozen += [p for p in m.parameters() if p.untyped_storage().data_ptr() not in policy]
+        cache = getattr(engine, "prefix_cache", None)  # HFEngine's; vLLM's lives in its own memory
+        return cls(weights=tensor_bytes(params), grads=tensor_bytes(p.grad for p in params),
+                   optimizer=tensor_bytes(_optimizer_tensors(optimizer)), frozen=tensor_bytes(frozen),
+                   prefix_cache=cache.nbytes() if cache is not None else 0)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.optimizer + self.frozen + self.prefix_cache
+
+
+@dataclass
+class MemoryMeter:
+    """Peak resident memory per phase of a step, and of the whole run."""
+
+    peaks: dict[str, int] = field(default_factory=dict)  # phase name -> bytes, this step
+    run_peak: int = 0  # the highest phase peak seen (bytes)
+    exact: bool = True  # False: /proc/self/clear_refs refused, peaks are the process's so far
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Record the peak resident set while the body runs, as ``peaks[name]``."""
+        self.exact = _reset_peak() and self.exact
+        try:
+            yield
+        finally:
+            peak = (_status_field("VmHWM") if self.exact else 0) or _peak_so_far()
+            self.peaks[name] = max(self.peaks.get(name, 0), peak)
+            self.run_peak = max(self.run_peak, peak)
+
+    def step_metrics(self, holdings: Holdings) -> dict[str, float]:
+        """This step's figures in GB (then forgets the step's phase peaks)."""
+        rss = resident_bytes()
+        self.run_peak = max(self.run_peak, rss)
+        m = {f"memory/peak_{name}_gb": b / GB for name, b in self.peaks.items()}
+        m.update({"memory/peak_gb": max([rss, *self.peaks.values()]) / GB, "memory/rss_gb": rss / GB,
+                  "memory/weights_gb": holdings.weights / GB, "memory/grads_gb": holdings.grads / GB,
+                  "memory/optimizer_gb": holdings.optimizer / GB, "memory/frozen_gb": holdings.frozen / GB,
+                  "memory/prefix_cache_gb": holdings.prefix_cache / GB,
+                  "memory/rest_gb": max(0, rss - holdings.total) / GB})
+        self.peaks = {}
+        return m
+
+    def summary(self, holdings: Holdings) -> str:
+        """One line for the end of a run, e.g. ``peak resident memory 2.41 GB; held between
+        phases: weights 538 MB, grads 0 B, ...``."""
+        how = "" if self.exact else " (the process's peak: /proc/self/clear_refs is not writable here)"
+        held = ", ".join(f"{name} {size(b)}" for name, b in (
+            ("weights", holdings.weights), ("grads", holdings.grads), ("optimizer", holdings.optimizer),
+            ("frozen models", holdings.frozen), ("prefix cache", holdings.prefix_cache)))
+        return f"peak resident memory {size(self.run_peak)}{how}; held between phases: {held}"
+
+
+def size(b: int) -> str:
+    """``size(2_410_000_000) == '2.41 GB'``, ``size(538_000_000) == '538 MB'``."""
+    if b >= GB:
+        return f"{b / GB:.2f} GB"
+    return f"{b / 1e6:.0f} MB" if b >= 1e6 else f"{b / 1e3:.0f} kB" if b >= 1e3 else f"{b} B"
