@@ -3,9 +3,10 @@
 Both take left-padded prompts of different lengths, return next-token logits for every row,
 and let the caller drop finished rows. ``FastDecoder`` re-implements the Qwen2/Llama block
 (RMSNorm, rotary embedding, grouped-query attention, SwiGLU MLP) over the model's *own*
-parameter tensors (no copies: an optimizer step on the shared model is seen by the next call)
-with a preallocated KV cache; on CPU it avoids most of transformers' per-step overhead (mask
-building, cache bookkeeping, output dataclasses). ``StockDecoder`` calls the model's forward
+parameter tensors (no copies: an optimizer step on the shared model is seen by the next call;
+with ``model.sampler_dtype: bfloat16``, over bfloat16 copies made once per weight version,
+``agentrl/engines/sampler_dtype.py``) with a preallocated KV cache; on CPU it avoids most of
+transformers' per-step overhead (mask building, cache bookkeeping, output dataclasses). ``StockDecoder`` calls the model's forward
 with a ``DynamicCache`` and serves every other architecture. ``make_decoder`` picks the fast
 one only when it reproduces the stock logits on a probe input.
 
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from agentrl.engines.prefix_cache import PrefillPlan, PrefixCache
+from agentrl.engines.sampler_dtype import CastWeights
 from agentrl.engines.stock_decoder import StockDecoder
 
 FAST_MODEL_TYPES = ("qwen2", "qwen3", "llama")
@@ -76,9 +78,11 @@ class FastDecoder:
     computed with: its owner must clear it when they change.
     """
 
-    def __init__(self, model, prefix_cache: PrefixCache | None = None):
+    def __init__(self, model, prefix_cache: PrefixCache | None = None, cast: CastWeights | None = None):
         self.model = model
         self.prefix_cache = prefix_cache
+        # the tensors it reads: the model's own, or copies in the sampler's dtype (sampler_dtype.py)
+        self.cast = cast if cast is not None else CastWeights(None)
         cfg = model.config
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads or cfg.num_attention_heads
@@ -110,13 +114,14 @@ class FastDecoder:
 
     def _layers(self) -> list[_Layer]:
         out = []
+        c = self.cast
         for layer in self.model.model.layers:
             a, m = layer.self_attn, layer.mlp
-            out.append(_Layer(layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight,
-                              a.k_proj.bias, a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
-                              layer.post_attention_layernorm.weight, m.gate_proj.weight, m.up_proj.weight,
-                              m.down_proj.weight, getattr(getattr(a, "q_norm", None), "weight", None),
-                              getattr(getattr(a, "k_norm", None), "weight", None)))
+            out.append(_Layer(*map(c, (
+                layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
+                a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight,
+                m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight,
+                getattr(getattr(a, "q_norm", None), "weight", None), getattr(getattr(a, "k_norm", None), "weight", None)))))
         return out
 
     def _rope_tables(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -134,8 +139,11 @@ class FastDecoder:
         return x + F.linear(F.silu(F.linear(h, p.gate_w)) * F.linear(h, p.up_w), p.down_w)
 
     @torch.inference_mode()
-    def prefill(self, prompts: list[list[int]], max_new_tokens: int) -> Tensor:
+    def prefill(self, prompts: list[list[int]], max_new_tokens: int, *, every_position: bool = False) -> Tensor:
         """Run the prompts, fill the cache, return (B, V) float32 logits for the next token.
+
+        ``every_position`` (one prompt, no prefix cache): the (len, V) logits of every position
+        instead, teacher-forced on the weights the decoder samples with (``HFEngine.score``).
 
         Identical prompts (a GRPO group shares one) are computed once and their cache copied.
         A prompt whose first c tokens match a ``prefix_cache`` entry takes their KV from it and
@@ -143,9 +151,11 @@ class FastDecoder:
         no padding); attention runs on the padded ``window`` of the last ``max(len - c)``
         slots (prompts are right-aligned in the cache, so every computed token lies there).
         """
-        embed = self.model.model.embed_tokens.weight
+        embed = self.cast(self.model.model.embed_tokens.weight)
         dev, dtype = embed.device, embed.dtype
         self.layers = self._layers()
+        if every_position and (len(prompts) != 1 or self.prefix_cache is not None):
+            raise ValueError("every_position scores one prompt, without a prefix cache")
         plan = PrefillPlan.build(prompts, self.prefix_cache, dev)
         u, n_rows, width, window = len(plan.texts), len(prompts), plan.width, plan.window
         lo = width - window  # first slot that runs through the model
@@ -217,6 +227,8 @@ class FastDecoder:
         if not in_place:
             self.k_all[:, :, :, :width] = uk[:, src]
             self.v_all[:, :, :, :width] = uv[:, src]
+        if every_position:
+            return self._logits(x)
         return self._logits(x[plan.ends - 1])[src]
 
     @staticmethod
@@ -251,9 +263,9 @@ class FastDecoder:
             self.prefix_cache.insert(seq, self.k_all[:, j, :, s: s + len(seq)], self.v_all[:, j, :, s: s + len(seq)])
 
     def _logits(self, x: Tensor) -> Tensor:
-        h = _rms_norm(x, self.model.model.norm.weight, self.eps)
+        h = _rms_norm(x, self.cast(self.model.model.norm.weight), self.eps)
         head = self.model.lm_head
-        return F.linear(h, head.weight, head.bias).float()
+        return F.linear(h, self.cast(head.weight), self.cast(head.bias)).float()
 
     @torch.inference_mode()
     def step(self, tokens: Tensor) -> Tensor:
@@ -262,7 +274,7 @@ class FastDecoder:
         rep = self.n_heads // self.n_kv
         cos, sin = self.cos[self.next_pos][:, None, None], self.sin[self.next_pos][:, None, None]
         mask = self.key_ok[:, None, None, : t + 1]
-        x = F.embedding(tokens, self.model.model.embed_tokens.weight)
+        x = F.embedding(tokens, self.cast(self.model.model.embed_tokens.weight))
         for i, p in enumerate(self.layers):
             h = _rms_norm(x, p.ln1, self.eps)
             q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(b, self.n_kv, rep, self.head_dim), p.q_norm)
@@ -358,15 +370,19 @@ def max_logit_gap(model, decoder) -> float:
     return gap
 
 
-def make_decoder(model, *, tolerance: float = 1e-3, prefix_cache: PrefixCache | None = None):
+def make_decoder(model, *, tolerance: float = 1e-3, prefix_cache: PrefixCache | None = None,
+                 cast: CastWeights | None = None):
     """The fast decoder when the model's architecture is supported and its logits match the
     stock forward to ``tolerance`` on a probe; otherwise the stock decoder. ``prefix_cache``
-    goes to the fast decoder (after the probe, which must not read or fill it)."""
+    and ``cast`` (the sampler's dtype) go to the fast decoder after the probe, which runs on
+    the model's own tensors and must not read or fill the cache."""
     if FastDecoder.supports(model):
         fast = FastDecoder(model)
         try:
             if max_logit_gap(model, fast) <= tolerance:
                 fast.prefix_cache = prefix_cache
+                if cast is not None:
+                    fast.cast = cast
                 return fast
         except (AttributeError, RuntimeError, TypeError):  # an unexpected variant of the block
             pass

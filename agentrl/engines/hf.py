@@ -32,10 +32,12 @@ from agentrl.engines.base import EngineCapabilities, Generation, SamplingParams,
 from agentrl.engines.continuous import ContinuousBatcher
 from agentrl.engines.driver import BatcherStats
 from agentrl.engines.grammar import Constrainer, RowMatcher, mask_rows
-from agentrl.engines.decode import FastDecoder, make_decoder
+from agentrl.engines.decode import FAST_MODEL_TYPES, FastDecoder, make_decoder
+from agentrl.engines.sampler_dtype import CastWeights, sampler_dtype
 from agentrl.engines.stock_decoder import StockDecoder
 from agentrl.engines.prefix_cache import PrefixCache
 from agentrl.engines.sampling import StopStrings, sample_tokens
+from agentrl.types import ConfigError
 
 
 SMALL_MODEL_PARAMS = 50_000_000
@@ -74,6 +76,10 @@ class HFEngine:
     ``2 * layers * kv_heads * head_dim`` elements of the model's dtype: 1 KiB on the tiny model,
     12 KiB for Qwen2.5-0.5B in bfloat16, so the default 65,536 is 64 MiB and 768 MiB.
 
+    ``sampler_dtype``: None samples with the model's own tensors; ``torch.bfloat16`` has the
+    fast decoder read bfloat16 copies of them, made once per weight version, and keep its KV
+    in bfloat16 (``agentrl/engines/sampler_dtype.py``; ``model.sampler_dtype`` in a run).
+
     >>> from agentrl.models.tiny import ensure_tiny_model
     >>> engine = HFEngine.from_pretrained(ensure_tiny_model())
     >>> [g.finish_reason for g in engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))]
@@ -89,10 +95,11 @@ class HFEngine:
     def from_run(cls, cfg, model, tokenizer, model_path: str) -> "HFEngine":
         """The engine of a run config: samples from the trainer's ``model`` itself."""
         # None lets the engine choose (1 thread for small models, during generation only)
-        return cls(model, tokenizer, seed=cfg.seed, num_threads=cfg.model.num_threads)
+        return cls(model, tokenizer, seed=cfg.seed, num_threads=cfg.model.num_threads,
+                   sampler_dtype=sampler_dtype(cfg.model.sampler_dtype))
 
     def __init__(self, model, tokenizer, *, num_threads: int | None = None, seed: int = 0,
-                 max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS):
+                 max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS, sampler_dtype: torch.dtype | None = None):
         if max_cached_tokens < 0:
             raise ValueError(f"max_cached_tokens={max_cached_tokens}: pass 0 to disable the prefix cache")
         self.model = model
@@ -102,6 +109,8 @@ class HFEngine:
         self.num_threads = num_threads if num_threads is not None else default_threads(model, self.device)
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._decoder: FastDecoder | StockDecoder | None = None
+        # the fast decoder's weights: the model's own (None) or bfloat16 copies (sampler_dtype.py)
+        self.cast = CastWeights(sampler_dtype)
         self.prefix_cache = PrefixCache(max_cached_tokens) if max_cached_tokens else None
         self._fingerprint: tuple[tuple[int, int], ...] = ()
         self._lock = threading.RLock()
@@ -113,7 +122,7 @@ class HFEngine:
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str | None = None, num_threads: int | None = None,
                         seed: int = 0, max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
-                        **model_kwargs) -> "HFEngine":
+                        sampler_dtype: torch.dtype | None = None, **model_kwargs) -> "HFEngine":
         """Load a model directory (or hub name, when online) and its tokenizer.
 
         ``model_kwargs`` go to ``AutoModelForCausalLM.from_pretrained`` (e.g. ``dtype=torch.bfloat16``).
@@ -143,7 +152,8 @@ class HFEngine:
             ) from err
         if device is not None:
             model.to(device)
-        return cls(model, tokenizer, num_threads=num_threads, seed=seed, max_cached_tokens=max_cached_tokens)
+        return cls(model, tokenizer, num_threads=num_threads, seed=seed, max_cached_tokens=max_cached_tokens,
+                   sampler_dtype=sampler_dtype)
 
     @property
     def decoder(self) -> FastDecoder | StockDecoder:
@@ -151,7 +161,11 @@ class HFEngine:
         structure changes, e.g. LoRA layers wrapped around the projections after creation).
         A fast decoder gets the engine's prefix cache (also one set from outside)."""
         if self._decoder is None or (isinstance(self._decoder, FastDecoder) and not FastDecoder.supports(self.model)):
-            self._decoder = make_decoder(self.model)
+            self._decoder = make_decoder(self.model, cast=self.cast)
+            if self.cast.dtype is not None and not isinstance(self._decoder, FastDecoder):
+                raise ConfigError(f"model.sampler_dtype={str(self.cast.dtype).removeprefix('torch.')} needs the fast "
+                                  f"decoder, which does not run {type(self.model).__name__} (supported: "
+                                  f"{', '.join(FAST_MODEL_TYPES)}); set model.sampler_dtype=float32")
             self.clear_prefix_cache()  # a new forward: KV from the old one is not trusted
         if isinstance(self._decoder, FastDecoder):
             self._decoder.prefix_cache = self.prefix_cache
@@ -172,6 +186,7 @@ class HFEngine:
             self.model = model
             self.device = model.get_input_embeddings().weight.device
             self._decoder = None
+            self.cast.clear()
         self.clear_prefix_cache()  # computed by the old weights
         self.policy_version += 1
 
@@ -192,9 +207,16 @@ class HFEngine:
         validate_request(sequences, SamplingParams())
         out = []
         with self.sampling_mode(), torch.inference_mode():
+            # a narrower sampler dtype: score on the copies it samples with, through its own forward
+            narrow = self.cast.dtype is not None and isinstance(self.decoder, FastDecoder)
+            scorer = FastDecoder(self.model, None, self.cast) if narrow else None
             for seq in sequences:  # one row each: no padding to get right, a few dozen tokens
                 ids = torch.tensor([seq], device=self.device)
-                logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+                if scorer is not None:
+                    logits = scorer.prefill([list(seq)], 1, every_position=True)[None]
+                    scorer.release()
+                else:
+                    logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
                 lp = torch.log_softmax(logits[0, :-1].float(), dim=-1).gather(1, ids[0, 1:, None])[:, 0]
                 out.append([0.0] + lp.tolist())
         return out
@@ -239,7 +261,7 @@ class HFEngine:
         sharing the engine's prefix cache."""
         proto = self.decoder
         if isinstance(proto, FastDecoder):
-            return FastDecoder(self.model, self.prefix_cache)
+            return FastDecoder(self.model, self.prefix_cache, self.cast)
         return StockDecoder(self.model)
 
     async def agenerate(self, prompt: list[int], params: SamplingParams) -> Generation:

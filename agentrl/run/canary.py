@@ -96,7 +96,7 @@ def low_precision(cfg, plan, model) -> bool:
     """Whether the trainer, or an HF engine on its weights (or on a copy in ``plan.compute_dtype``),
     computes in bfloat16 or another dtype than float32."""
     return (plan.compute_dtype != torch.float32 or cfg.train.autocast == "bf16"
-            or any(p.dtype != torch.float32 for p in model.parameters()))
+            or cfg.model.sampler_dtype != "float32" or any(p.dtype != torch.float32 for p in model.parameters()))
 
 
 class WeightCanary:

@@ -69,19 +69,22 @@ def _reset_peak() -> bool:
         return False
 
 
+def _storage(t) -> tuple[int, int] | None:
+    """(data pointer, bytes) of a CPU tensor's storage; None for anything else (a GPU or meta
+    tensor, a freed or swapped-out storage)."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+        return None
+    try:
+        storage = t.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    except RuntimeError:  # "invalid python storage": a parameter whose storage was replaced
+        return None
+
+
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages behind ``tensors`` (views and tied weights count once)."""
-    seen: set[int] = set()
-    total = 0
-    for t in tensors:
-        if t is None or not isinstance(t, torch.Tensor) or t.device.type != "cpu":
-            continue
-        storage = t.untyped_storage()
-        if storage.data_ptr() in seen:
-            continue
-        seen.add(storage.data_ptr())
-        total += storage.nbytes()
-    return total
+    storages = dict(s for s in map(_storage, tensors) if s is not None)
+    return sum(storages.values())
 
 
 def _optimizer_tensors(optimizer) -> Iterator[torch.Tensor]:
@@ -105,14 +108,16 @@ class Holdings:
     @classmethod
     def of(cls, model, optimizer=None, frozen_models: Iterable = (), engine=None) -> "Holdings":
         params = list(model.parameters())
-        policy = {p.untyped_storage().data_ptr() for p in params}
+        policy = {s[0] for s in map(_storage, params) if s is not None}
         frozen = []
         for m in frozen_models:
             if m is not None:
-                frozen += [p for p in m.parameters() if p.untyped_storage().data_ptr() not in policy]
+                frozen += [p for p in m.parameters() if (_storage(p) or (0,))[0] not in policy]
         cache = getattr(engine, "prefix_cache", None)  # HFEngine's; vLLM's lives in its own memory
+        cast = getattr(engine, "cast", None)  # HFEngine's bfloat16 sampling copies (model.sampler_dtype)
         return cls(weights=tensor_bytes(params), grads=tensor_bytes(p.grad for p in params),
-                   optimizer=tensor_bytes(_optimizer_tensors(optimizer)), frozen=tensor_bytes(frozen),
+                   optimizer=tensor_bytes(_optimizer_tensors(optimizer)),
+                   frozen=tensor_bytes(frozen) + (cast.nbytes() if cast is not None else 0),
                    prefix_cache=cache.nbytes() if cache is not None else 0)
 
     @property
