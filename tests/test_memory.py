@@ -3,10 +3,11 @@ the bytes of what a run holds, against hand-counted tensors."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from agentrl.engines.prefix_cache import PrefixCache
-from agentrl.run.memory import Holdings, MemoryMeter, resident_bytes, tensor_bytes
+from agentrl.run.memory import Holdings, MemoryMeter, resident_bytes, return_free_memory, tensor_bytes
 from agentrl.run.report import summarize
 
 MB = 1 << 20
@@ -66,3 +67,20 @@ def test_the_run_summary_names_the_peak_and_its_phases():
     line = next(x for x in summarize(rows, "runs/x").splitlines() if "peak memory" in x)
     assert "3.25 GB (rollout 2.50, update 3.25)" in line and "optimizer 1.00" in line
     assert "peak memory" not in summarize([{"step": 1, "reward/mean": 0.0}], "runs/x")
+
+
+def test_freed_memory_goes_back_to_the_system():
+    """Freed blocks between live ones stay resident in glibc's arenas until trimmed."""
+    import ctypes.util
+
+    if not ctypes.util.find_library("c") or not return_free_memory():
+        pytest.skip("no glibc malloc_trim here")
+    live, dead = [], []
+    for _ in range(4000):
+        dead.append(torch.ones(16_000))  # 64 kB each, under glibc's mmap threshold: heap memory
+        live.append(torch.ones(8))  # pins the heap between them, so no automatic trim at its top
+    del dead
+    before = resident_bytes()
+    assert return_free_memory()
+    assert before - resident_bytes() > 150 * MB
+    del live

@@ -12,6 +12,10 @@ bytes of what the run holds between phases, from the tensors themselves:
 - ``memory/rest_gb``: the resident set minus all of these: activations and logits not yet
   returned, the allocator's free lists, Python, and the libraries' code.
 
+After each phase the allocator's free pages go back to the system (glibc ``malloc_trim``,
+:func:`return_free_memory`; ``time/memory_trim`` is what it cost), so ``rest`` is what is
+really in use, and one phase's peak does not stay resident through the next.
+
 A phase's peak comes from Linux's high-water mark of the resident set (``VmHWM`` in
 ``/proc/self/status``), reset when the phase starts by writing ``5`` to
 ``/proc/self/clear_refs``. Where that is not allowed (another OS, a locked-down container),
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import resource
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +84,31 @@ def _storage(t) -> tuple[int, int] | None:
         return storage.data_ptr(), storage.nbytes()
     except RuntimeError:  # "invalid python storage": a parameter whose storage was replaced
         return None
+
+
+def return_free_memory() -> bool:
+    """Hand the allocator's free memory back to the system (glibc's ``malloc_trim(0)``).
+
+    The update's activations and logits are freed at its end, but glibc keeps the freed
+    pages in its arenas: measured on SmolLM2, the resident set stayed at 9.1 GB after an update
+    that peaked at 12.3 GB, 7.5 GB of it held by nothing. Freed memory is reused by the next
+    phase either way; returning it keeps the machine's memory for the tools, the sandboxes and
+    the other processes of the run. False where there is no glibc (macOS, musl)."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM is False:
+        return False
+    _TRIM(0)
+    return True
+
+
+_TRIM = None  # glibc's malloc_trim, looked up once (False: not available)
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -132,10 +162,13 @@ class MemoryMeter:
     peaks: dict[str, int] = field(default_factory=dict)  # phase name -> bytes, this step
     run_peak: int = 0  # the highest phase peak seen (bytes)
     exact: bool = True  # False: /proc/self/clear_refs refused, peaks are the process's so far
+    trim: bool = True  # return the allocator's free memory after each phase (return_free_memory)
+    trim_s: float = 0.0  # seconds the trims took, this step
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Record the peak resident set while the body runs, as ``peaks[name]``."""
+        """Record the peak resident set while the body runs, as ``peaks[name]``; then hand
+        what the phase freed back to the system."""
         self.exact = _reset_peak() and self.exact
         try:
             yield
@@ -143,6 +176,10 @@ class MemoryMeter:
             peak = (_status_field("VmHWM") if self.exact else 0) or _peak_so_far()
             self.peaks[name] = max(self.peaks.get(name, 0), peak)
             self.run_peak = max(self.run_peak, peak)
+            if self.trim:
+                t0 = time.perf_counter()
+                return_free_memory()
+                self.trim_s += time.perf_counter() - t0
 
     def step_metrics(self, holdings: Holdings) -> dict[str, float]:
         """This step's figures in GB (then forgets the step's phase peaks)."""
@@ -153,8 +190,8 @@ class MemoryMeter:
                   "memory/weights_gb": holdings.weights / GB, "memory/grads_gb": holdings.grads / GB,
                   "memory/optimizer_gb": holdings.optimizer / GB, "memory/frozen_gb": holdings.frozen / GB,
                   "memory/prefix_cache_gb": holdings.prefix_cache / GB,
-                  "memory/rest_gb": max(0, rss - holdings.total) / GB})
-        self.peaks = {}
+                  "memory/rest_gb": max(0, rss - holdings.total) / GB, "time/memory_trim": self.trim_s})
+        self.peaks, self.trim_s = {}, 0.0
         return m
 
     def summary(self, holdings: Holdings) -> str:
