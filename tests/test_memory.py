@@ -17,12 +17,15 @@ def test_a_phase_peak_sees_its_own_allocation_and_not_an_earlier_one():
     meter = MemoryMeter()
     base = resident_bytes()
     with meter.phase("update"):
-        big = torch.ones(256 * MB // 4)  # 256 MiB, touched
+        big = torch.ones(320 * MB // 4)  # 320 MiB, touched
         del big
+    trimmed = meter.trim_s
     with meter.phase("rollout"):
         small = torch.ones(8 * MB // 4)
         del small
     assert meter.peaks["update"] >= base + 200 * MB
+    # the phase that grew by more than TRIM_ABOVE was followed by a trim, the small one not
+    assert trimmed > 0 and meter.trim_s == trimmed
     if meter.exact:  # the high-water mark was reset at the phase's start
         assert meter.peaks["rollout"] < meter.peaks["update"] - 150 * MB
     else:  # where /proc/self/clear_refs is refused, peaks never go down (and the summary says so)
