@@ -39,3 +39,33 @@ def test_the_example_trains_two_steps_and_reports_each_dataset(tmp_path):
     for t in trajs:
         t.check()
         assert t.verdict is not None and 0.0 <= t.verdict.reward <= 1.0
+
+
+def test_the_smollm2_example_scores_what_its_learned_replies_write():
+    """examples/smollm2_reasoning_gym.yaml (docs/results.md): its one-shot prompt is the task's
+    own form, the replies the trained model writes (code, its output, "The answer is N",
+    negatives included) earn 1.0 and a wrong or missing answer 0, on a held-out set that
+    does not move with the run's seed."""
+    from agentrl.chat.formats import get_format
+    from agentrl.run.build import make_env
+    from agentrl.types import Message
+
+    cfg = load_config(ROOT / "examples" / "smollm2_reasoning_gym.yaml")
+    assert cfg.model.tool_call_format == "code_block" and cfg.env.args["tools"] == ["python"]
+    env = make_env(cfg)
+    again = make_env(load_config(ROOT / "examples" / "smollm2_reasoning_gym.yaml", ["seed=2"]))
+    test = env.tasks("test")[: cfg.eval.num_tasks]
+    assert [t.prompt for t in test] == [t.prompt for t in again.tasks("test")[: cfg.eval.num_tasks]]
+    assert len(test) == 64 and not {t.prompt for t in test} & {t.prompt for t in env.tasks("train")}
+    form = test[0].prompt.rsplit(":", 1)[0]
+    assert form + ":" in cfg.env.args["system_prompt"]  # the example shows the task's own wording
+    assert [t.name for t in env.tools()] == ["python"] and get_format("code_block") is not None
+    negative = next(t for t in test if t.answer.startswith("-"))
+    for task in (test[0], negative):
+        expr = task.prompt.rsplit(":", 1)[1].strip().rstrip("=").strip()
+        reply = f"```python\nprint({expr})\n```\n```output\n{task.answer}\n```\nThe answer is {task.answer}"
+        assert env.score(task, [Message("user", task.prompt), Message("assistant", reply)]).reward == 1.0
+        wrong = reply.replace(f"The answer is {task.answer}", "The answer is 1000")
+        assert env.score(task, [Message("user", task.prompt), Message("assistant", wrong)]).reward == 0.0
+        silent = reply.split("The answer")[0]  # the code and its output, no answer: not scored from the output
+        assert env.score(task, [Message("user", task.prompt), Message("assistant", silent)]).reward == 0.0
