@@ -10,6 +10,13 @@ A roofline needs two ceilings, taken here rather than from a datasheet:
 
     python benchmarks/roofline.py            # ~1-2 min
     python benchmarks/roofline.py --json /tmp/roofline.json
+    python benchmarks/roofline.py --decode smollm2 --threads 2   # + the HF engine's decode step
+
+``--decode MODEL`` also times the HF engine's decode step (``FastDecoder.step``, 2 threads) with
+1, 8 and 48 rows in flight over a 200-token context, on the model's float32 weights and on the
+bfloat16 copies of ``model.sampler_dtype: bfloat16``: ms per step, against the bandwidth bound
+(every weight read once per step) and the compute bound (2 x parameters FLOPs per row, at the
+decode-shape matmul rates measured above).
 """
 
 from __future__ import annotations
@@ -68,10 +75,32 @@ def bandwidth_gbs(mb: int = 512) -> tuple[float, float]:
     return nbytes / read / 1e9, 2 * nbytes / copy / 1e9
 
 
+def decode_ms(model_path: str, rows: int, dtype: torch.dtype | None, context: int = 200, steps: int = 16) -> float:
+    """Median ms of one FastDecoder step with ``rows`` rows over ``context`` tokens."""
+    from agentrl.engines.decode import FastDecoder
+    from agentrl.engines.hf import HFEngine
+    from agentrl.engines.sampler_dtype import CastWeights
+
+    engine = HFEngine.from_pretrained(model_path, max_cached_tokens=0)
+    dec = FastDecoder(engine.model, None, CastWeights(dtype))
+    prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(context)] for r in range(rows)]
+    times = []
+    with torch.inference_mode():
+        dec.prefill(prompts, steps + 1)
+        tok = torch.full((rows,), 42)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            dec.step(tok)
+            times.append(time.perf_counter() - t0)
+    dec.release()
+    return 1000 * sorted(times)[len(times) // 2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     ap.add_argument("--json")
+    ap.add_argument("--decode", metavar="MODEL", help="also time the decode step of this model (smollm2, a directory)")
     args = ap.parse_args()
     out: dict[str, dict] = {}
     for threads in (int(t) for t in args.threads.split(",")):
@@ -88,6 +117,18 @@ def main() -> None:
     for name in names:
         unit = "" if "GB/s" in name else " GFLOP/s"
         print(f"| {name}{unit} | " + " | ".join(f"{out[c][name]:.1f}" for c in out) + " |")
+    if args.decode:
+        from agentrl.run.build import resolve_model_path
+        from agentrl.run.config import Config, ModelConfig
+
+        path = resolve_model_path(Config(model=ModelConfig(path=args.decode)))
+        out["decode ms"] = {}
+        print("| rows in flight | float32 ms/step | bfloat16 ms/step | speed-up |")
+        print("|---|---|---|---|")
+        for rows in (1, 8, 48):
+            f32, b16 = decode_ms(path, rows, None), decode_ms(path, rows, torch.bfloat16)
+            out["decode ms"][str(rows)] = {"fp32": f32, "bf16": b16}
+            print(f"| {rows} | {f32:.1f} | {b16:.1f} | {f32 / b16:.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -95,3 +95,26 @@ def test_runs_that_cannot_use_it_are_refused_by_name(model_dir, monkeypatch):
     monkeypatch.setattr(FastDecoder, "supports", staticmethod(lambda model: False))
     with pytest.raises(ConfigError, match="needs the fast decoder.*sampler_dtype=float32"):
         engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))
+
+
+def test_a_bf16_sampler_run_gets_the_narrow_canary_tolerance_and_still_catches_a_stale_engine(tmp_path):
+    """One step of the CI config with model.sampler_dtype=bfloat16: the canary's tolerance is
+    alarms.canary_tol_narrow, the healthy step raises no weight_sync alarm, and an engine that
+    never receives the update (its copies frozen) is caught by the moved/still rule."""
+    from pathlib import Path
+
+    from agentrl.env import Score
+    from agentrl.run.alarms import AlarmsConfig, weight_sync
+    from agentrl.run.trainer import Trainer
+
+    cfg_path = Path(__file__).resolve().parents[1] / "examples" / "arithmetic_ci.yaml"
+    cfg = load_config(cfg_path, [f"output_dir={tmp_path / 'run'}", "train.steps=1", "eval.every=0",
+                                 "eval.at_start=false", "model.sampler_dtype=bfloat16"])
+    trainer = Trainer(cfg)
+    assert trainer.canary.tol == cfg.alarms.canary_tol_narrow == 1.5
+    trainer.env.score = lambda task, messages: Score(reward=float(len(messages[-1].content) % 2))
+    row = trainer.train_step(1)
+    assert 0 < row["sync/canary_abs_max"] < row["sync/canary_tol"] and "alarm/weight_sync" not in row
+    assert weight_sync([{"step": 1, **row}], AlarmsConfig()) is None
+    stale = dict(row, **{"sync/engine_moved": 0.0})  # what a bf16 copy that is never re-cast reports
+    assert weight_sync([{"step": 1, **stale}], AlarmsConfig()) is not None

@@ -98,6 +98,10 @@ class AlarmsConfig:
     # ... and otherwise: bfloat16 on either side (parallel.mixed_precision, train.autocast) or an
     # engine with its own kernels and weights (vLLM)
     canary_tol_loose: float = 0.5
+    # ... and with a bfloat16 sampler (model.sampler_dtype): the engine's whole forward runs on
+    # bfloat16 weights against the trainer's float32 (SmolLM2, 25 steps: max 0.61, mean 0.05-0.10
+    # per canary token); an engine that is not synced is caught by the moved/still rule anyway
+    canary_tol_narrow: float = 1.5
     # the update moved the trainer's canary log-probs by more than this (max per token) while the
     # engine's moved less than 1% of that: the new weights never reached the engine (verl#7495)
     canary_moved: float = 1e-4

@@ -10,7 +10,8 @@ the engine (``Engine.score``, a forward on the weights it samples with). Logged 
 
 - ``sync/canary_abs_max``, ``sync/canary_abs_mean``: |engine − trainer| per canary token;
   ``sync/canary_tol``: the tolerance that applies to the run (``alarms.canary_tol`` when both
-  compute in float32 on the HF engine, else ``alarms.canary_tol_loose``);
+  compute in float32 on the HF engine, ``alarms.canary_tol_narrow`` with a bfloat16 sampler,
+  ``model.sampler_dtype``, else ``alarms.canary_tol_loose``);
 - ``sync/trainer_moved``, ``sync/engine_moved``: the largest change per token of each one's
   canary log-probs since the last reading (the session's first is taken before its first
   update);
@@ -124,8 +125,9 @@ class WeightCanary:
         ids = canary_ids(trainer.tokenizer, text, a.canary_tokens, vocab, cfg.seed)
         exact = trainer.engine.capabilities.shares_trainer_weights and not low_precision(cfg, trainer.plan,
                                                                                          trainer.model)
-        return cls(trainer.engine, ids, tol=a.canary_tol if exact else a.canary_tol_loose,
-                   device=trainer.dist.device, autocast=cfg.train.autocast)
+        tol = (a.canary_tol if exact else a.canary_tol_narrow if cfg.model.sampler_dtype != "float32"
+               else a.canary_tol_loose)
+        return cls(trainer.engine, ids, tol=tol, device=trainer.dist.device, autocast=cfg.train.autocast)
 
     def read(self, model) -> tuple[list[float], list[float]]:
         """(trainer's, engine's) canary log-probs now."""
