@@ -43,7 +43,11 @@ def test_holdings_count_each_storage_once():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.tensor([1, 2])).sum().backward()
     opt.step()
-    h = Holdings.of(model, opt, [frozen, model], engine=None)  # the policy itself is not "frozen"
+    class AdaptersOff:  # a LoRA run's reference (agentrl.scale.parallel.AdapterDisabledReference): no tensors
+        def __call__(self, **kwargs):
+            return model(**kwargs)
+
+    h = Holdings.of(model, opt, [frozen, model, AdaptersOff()], engine=None)  # the policy is not "frozen"
     assert h.weights == 40 * 4 and h.grads == 40 * 4
     assert h.optimizer == 2 * 40 * 4 + 4  # exp_avg, exp_avg_sq, and the float32 step count
     assert h.frozen == 20 * 4 and h.prefix_cache == 0

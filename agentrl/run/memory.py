@@ -141,8 +141,8 @@ class Holdings:
         params = list(model.parameters())
         policy = {s[0] for s in map(_storage, params) if s is not None}
         frozen = []
-        for m in frozen_models:
-            if m is not None:
+        for m in frozen_models:  # a LoRA run's reference is the policy with its adapters off: no tensors of its own
+            if callable(getattr(m, "parameters", None)):
                 frozen += [p for p in m.parameters() if (_storage(p) or (0,))[0] not in policy]
         cache = getattr(engine, "prefix_cache", None)  # HFEngine's; vLLM's lives in its own memory
         cast = getattr(engine, "cast", None)  # HFEngine's bfloat16 sampling copies (model.sampler_dtype)

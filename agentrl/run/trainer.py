@@ -68,13 +68,12 @@ class TrainResult:
     peak_memory_gb: float | None = None  # this process's peak resident set (agentrl.run.memory)
 
     def summary(self) -> str:
-        """One line for the terminal, e.g. ``eval accuracy 0.000 (step 0) -> 1.000 (step 30); peak
-        memory 2.41 GB``."""
-        memory = f"; peak memory {self.peak_memory_gb:.2f} GB" if self.peak_memory_gb else ""
+        """One line for the terminal, e.g. ``eval accuracy 0.000 (step 0) -> 1.000 (step 30)``
+        (the peak memory is in the run summary block and in ``peak_memory_gb``)."""
         if self.first_eval is None or self.final_eval is None:
-            return "no evaluation ran (set eval.every or eval.at_start=true)" + memory
+            return "no evaluation ran (set eval.every or eval.at_start=true)"
         return (f"eval accuracy {self.first_eval:.3f} (step {self.first_eval_step}) -> "
-                f"{self.final_eval:.3f} (step {self.final_eval_step})" + memory)
+                f"{self.final_eval:.3f} (step {self.final_eval_step})")
 
 
 class Trainer:
