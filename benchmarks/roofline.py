@@ -75,14 +75,12 @@ def bandwidth_gbs(mb: int = 512) -> tuple[float, float]:
     return nbytes / read / 1e9, 2 * nbytes / copy / 1e9
 
 
-def decode_ms(model_path: str, rows: int, dtype: torch.dtype | None, context: int = 200, steps: int = 16) -> float:
-    """Median ms of one FastDecoder step with ``rows`` rows over ``context`` tokens."""
+def decode_ms(model, rows: int, dtype: torch.dtype | None, context: int = 200, steps: int = 16) -> float:
+    """Median ms of one FastDecoder step of ``model`` with ``rows`` rows over ``context`` tokens."""
     from agentrl.engines.decode import FastDecoder
-    from agentrl.engines.hf import HFEngine
     from agentrl.engines.sampler_dtype import CastWeights
 
-    engine = HFEngine.from_pretrained(model_path, max_cached_tokens=0)
-    dec = FastDecoder(engine.model, None, CastWeights(dtype))
+    dec = FastDecoder(model, None, CastWeights(dtype))
     prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(context)] for r in range(rows)]
     times = []
     with torch.inference_mode():
@@ -118,15 +116,16 @@ def main() -> None:
         unit = "" if "GB/s" in name else " GFLOP/s"
         print(f"| {name}{unit} | " + " | ".join(f"{out[c][name]:.1f}" for c in out) + " |")
     if args.decode:
+        from agentrl.engines.hf import HFEngine
         from agentrl.run.build import resolve_model_path
         from agentrl.run.config import Config, ModelConfig
 
-        path = resolve_model_path(Config(model=ModelConfig(path=args.decode)))
+        model = HFEngine.from_pretrained(resolve_model_path(Config(model=ModelConfig(path=args.decode)))).model
         out["decode ms"] = {}
         print("| rows in flight | float32 ms/step | bfloat16 ms/step | speed-up |")
         print("|---|---|---|---|")
         for rows in (1, 8, 48):
-            f32, b16 = decode_ms(path, rows, None), decode_ms(path, rows, torch.bfloat16)
+            f32, b16 = decode_ms(model, rows, None), decode_ms(model, rows, torch.bfloat16)
             out["decode ms"][str(rows)] = {"fp32": f32, "bf16": b16}
             print(f"| {rows} | {f32:.1f} | {b16:.1f} | {f32 / b16:.2f}x |")
     if args.json:

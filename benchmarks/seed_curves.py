@@ -5,7 +5,8 @@
 
 Prints, per run: held-out accuracy at every evaluation, the first evaluation reaching double
 the first one and +0.2 absolute (the bar of issue 31), the training loop's and the run's wall
-time (from metrics.jsonl's ``time/step`` and the files' times), and the peak memory.
+time (the sum of metrics.jsonl's ``time/step``; the run's wall time from its config.yaml, written
+once the model is loaded, to its last metrics line), and the peak memory.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ and let the caller drop finished rows. ``FastDecoder`` re-implements the Qwen2/L
 parameter tensors (no copies: an optimizer step on the shared model is seen by the next call;
 with ``model.sampler_dtype: bfloat16``, over bfloat16 copies made once per weight version,
 ``agentrl/engines/sampler_dtype.py``) with a preallocated KV cache; on CPU it avoids most of
-transformers' per-step overhead (mask building, cache bookkeeping, output dataclasses). ``StockDecoder`` calls the model's forward
-with a ``DynamicCache`` and serves every other architecture. ``make_decoder`` picks the fast
+transformers' per-step overhead (mask building, cache bookkeeping, output dataclasses).
+``StockDecoder`` calls the model's forward with a ``DynamicCache`` and serves every other
+architecture. ``make_decoder`` picks the fast
 one only when it reproduces the stock logits on a probe input.
 
 ``FastDecoder`` can also keep each row's KV after a call (``remember``) in a ``PrefixCache`` and,
@@ -121,7 +122,8 @@ class FastDecoder:
                 layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
                 a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight,
                 m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight,
-                getattr(getattr(a, "q_norm", None), "weight", None), getattr(getattr(a, "k_norm", None), "weight", None)))))
+                getattr(getattr(a, "q_norm", None), "weight", None),
+                getattr(getattr(a, "k_norm", None), "weight", None)))))
         return out
 
     def _rope_tables(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -151,11 +153,11 @@ class FastDecoder:
         no padding); attention runs on the padded ``window`` of the last ``max(len - c)``
         slots (prompts are right-aligned in the cache, so every computed token lies there).
         """
+        if every_position and (len(prompts) != 1 or self.prefix_cache is not None):
+            raise ValueError("every_position scores one prompt, without a prefix cache")
         embed = self.cast(self.model.model.embed_tokens.weight)
         dev, dtype = embed.device, embed.dtype
         self.layers = self._layers()
-        if every_position and (len(prompts) != 1 or self.prefix_cache is not None):
-            raise ValueError("every_position scores one prompt, without a prefix cache")
         plan = PrefillPlan.build(prompts, self.prefix_cache, dev)
         u, n_rows, width, window = len(plan.texts), len(prompts), plan.width, plan.window
         lo = width - window  # first slot that runs through the model

@@ -2,11 +2,12 @@
 
 ``model.sampler_dtype: bfloat16`` makes the HF engine's fast decoder read a bfloat16 copy of
 the policy's float32 parameters, and keep its KV cache (and the prefix cache) in bfloat16: on a
-CPU with AVX-512 BF16 the decode step's matrix products run about 4x faster at the batch sizes
-of a rollout, and each decode step reads half the bytes. The trainer keeps float32 weights and
-its own π_old, so the sampler's log-probs μ differ from π_old by the rounding (a GPU run with
-bf16 vLLM and a float32 trainer has the same gap); the truncated importance weight
-(``algo.tis_cap``) and the mismatch alarm see it. The copy is made once per weight version: a
+CPU with AVX-512 BF16 the decode step's matrix products run 3.3-3.9x faster at the batch sizes
+of a rollout (the whole SmolLM2 step 1.9-2.5x, benchmarks/README.md), and each decode step
+reads half the bytes. The trainer keeps float32 weights and its own π_old, so the sampler's
+log-probs μ differ from π_old by the rounding (a GPU run with bf16 vLLM and a float32 trainer
+has the same gap); the truncated importance weight (``algo.is_level``) and the mismatch alarm
+see it. The copy is made once per weight version: a
 parameter's storage and version counter say when it changed (an optimizer step moves it), and
 the next prefill re-casts.
 

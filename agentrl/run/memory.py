@@ -12,9 +12,10 @@ bytes of what the run holds between phases, from the tensors themselves:
 - ``memory/rest_gb``: the resident set minus all of these: activations and logits not yet
   returned, the allocator's free lists, Python, and the libraries' code.
 
-After each phase the allocator's free pages go back to the system (glibc ``malloc_trim``,
-:func:`return_free_memory`; ``time/memory_trim`` is what it cost), so ``rest`` is what is
-really in use, and one phase's peak does not stay resident through the next.
+After a phase that grew the resident set by more than ``TRIM_ABOVE``, the allocator's free
+pages go back to the system (glibc ``malloc_trim``, :func:`return_free_memory`;
+``time/memory_trim`` is what it cost), so ``rest`` is what is really in use, and one phase's
+peak does not stay resident through the next.
 
 A phase's peak comes from Linux's high-water mark of the resident set (``VmHWM`` in
 ``/proc/self/status``), reset when the phase starts by writing ``5`` to
@@ -139,16 +140,16 @@ class Holdings:
     @classmethod
     def of(cls, model, optimizer=None, frozen_models: Iterable = (), engine=None) -> "Holdings":
         params = list(model.parameters())
-        policy = {s[0] for s in map(_storage, params) if s is not None}
+        policy = dict(s for s in map(_storage, params) if s is not None)  # storage pointer -> bytes
         frozen = []
         for m in frozen_models:  # a LoRA run's reference is the policy with its adapters off: no tensors of its own
             if callable(getattr(m, "parameters", None)):
-                frozen += [p for p in m.parameters() if (_storage(p) or (0,))[0] not in policy]
+                frozen += [s for s in map(_storage, m.parameters()) if s is not None and s[0] not in policy]
         cache = getattr(engine, "prefix_cache", None)  # HFEngine's; vLLM's lives in its own memory
         cast = getattr(engine, "cast", None)  # HFEngine's bfloat16 sampling copies (model.sampler_dtype)
-        return cls(weights=tensor_bytes(params), grads=tensor_bytes(p.grad for p in params),
+        return cls(weights=sum(policy.values()), grads=tensor_bytes(p.grad for p in params),
                    optimizer=tensor_bytes(_optimizer_tensors(optimizer)),
-                   frozen=tensor_bytes(frozen) + (cast.nbytes() if cast is not None else 0),
+                   frozen=sum(dict(frozen).values()) + (cast.nbytes() if cast is not None else 0),
                    prefix_cache=cache.nbytes() if cache is not None else 0)
 
     @property
@@ -163,13 +164,12 @@ class MemoryMeter:
     peaks: dict[str, int] = field(default_factory=dict)  # phase name -> bytes, this step
     run_peak: int = 0  # the highest phase peak seen (bytes)
     exact: bool = True  # False: /proc/self/clear_refs refused, peaks are the process's so far
-    trim: bool = True  # return the allocator's free memory after each phase (return_free_memory)
-    trim_s: float = 0.0  # seconds the trims took, this step
+    trim_s: float = 0.0  # seconds the trims took, this step (return_free_memory)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Record the peak resident set while the body runs, as ``peaks[name]``; then hand
-        what the phase freed back to the system."""
+        """Record the peak resident set while the body runs, as ``peaks[name]``; then, after a
+        phase that grew by more than ``TRIM_ABOVE``, hand what it freed back to the system."""
         self.exact = _reset_peak() and self.exact
         start = resident_bytes()
         try:
@@ -180,7 +180,7 @@ class MemoryMeter:
             self.run_peak = max(self.run_peak, peak)
             # a trim walks the whole heap (0.6 s after a SmolLM2 update): only after a phase
             # that grew by more than TRIM_ABOVE, the case it is for
-            if self.trim and peak - start > TRIM_ABOVE:
+            if peak - start > TRIM_ABOVE:
                 t0 = time.perf_counter()
                 return_free_memory()
                 self.trim_s += time.perf_counter() - t0
