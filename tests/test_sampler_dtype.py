@@ -118,3 +118,29 @@ def test_a_bf16_sampler_run_gets_the_narrow_canary_tolerance_and_still_catches_a
     assert weight_sync([{"step": 1, **row}], AlarmsConfig()) is None
     stale = dict(row, **{"sync/engine_moved": 0.0})  # what a bf16 copy that is never re-cast reports
     assert weight_sync([{"step": 1, **stale}], AlarmsConfig()) is not None
+
+
+def test_the_update_runs_without_the_samplers_stale_copies(tmp_path):
+    """The bf16 copies and the kept KV caches are freed before the update (the engine's
+    sleep), not held through it while the optimizer step makes them stale."""
+    from pathlib import Path
+
+    from agentrl.env import Score
+    from agentrl.run.trainer import Trainer
+
+    cfg_path = Path(__file__).resolve().parents[1] / "examples" / "arithmetic_ci.yaml"
+    cfg = load_config(cfg_path, [f"output_dir={tmp_path / 'run'}", "train.steps=1", "eval.every=0",
+                                 "eval.at_start=false", "model.sampler_dtype=bfloat16"])
+    trainer = Trainer(cfg)
+    trainer.env.score = lambda task, messages: Score(reward=float(len(messages[-1].content) % 2))
+    held = []
+    update = trainer.update
+
+    def watched(trajs):
+        held.append((trainer.engine.cast.nbytes(), trainer.engine.prefix_cache.nbytes()))
+        return update(trajs)
+
+    trainer.update = watched
+    trainer.train_step(1)
+    assert held == [(0, 0)]
+    assert trainer.engine.cast.nbytes() > 0  # the canary after the sync cast the new weights again

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.algo.grpo import token_logprobs
-from agentrl.algo.shared_prefix import MIN_SHARED, shared_forward_logits, shared_prefix_len
+from agentrl.algo.head_logprobs import head_logprobs
+from agentrl.algo.shared_prefix import MIN_SHARED, shared_forward_hidden, shared_forward_logits, shared_prefix_len
 from agentrl.types import Trajectory
 
 
@@ -71,8 +72,30 @@ def collate(trajs: list[Trajectory], indices: list[int], pad_id: int, device: st
     return MicroBatch(list(indices), ids.to(device), att.to(device), mask.to(device), mu.to(device))
 
 
+# Architectures whose logits are exactly ``lm_head(last hidden state)``: no soft-capping,
+# scaling or bias, so the fused head (head_logprobs.py) computes what their forward does.
+FUSED_HEAD_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+FUSED_HEAD_MIN_VOCAB = 32768  # train.fused_head=auto: below this the logits cost little
+
+
+def fused_head_parts(model) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """(decoder body, LM-head weight [V, H]) of a plain Hugging Face causal LM of
+    ``FUSED_HEAD_TYPES`` in one process; None for anything else (a LoRA wrapper, a sharded
+    model, another architecture), which is scored with materialized logits."""
+    from torch.distributed.tensor import DTensor
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel) or model.config.model_type not in FUSED_HEAD_TYPES:
+        return None
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.bias is not None or isinstance(head.weight, DTensor):
+        return None
+    return model.get_decoder(), head.weight
+
+
 def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float,
-                 autocast: str = "none", share_prefix: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                 autocast: str = "none", share_prefix: bool = False,
+                 fused_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs and entropies [B, T] of ``mb.input_ids`` under ``model``.
 
     Logits are divided by the sampling temperature so that π_θ is the distribution the
@@ -86,7 +109,15 @@ def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float,
 
     ``share_prefix``: rows that start with the same tokens (the G attempts of a task) run
     that prefix once (:mod:`agentrl.algo.shared_prefix`); same values up to float order.
+
+    ``fused_head``: each row's trained positions alone go through the LM head, in chunks,
+    without [B, K, V] logits (:mod:`agentrl.algo.head_logprobs`; where
+    :func:`fused_head_parts` finds the head, else materialized). Same values up to float
+    order at trained positions; the others are 0.
     """
+    parts = fused_head_parts(model) if fused_head else None
+    if parts is not None:
+        return _score_fused(*parts, mb, temperature, autocast, share_prefix)
     T = mb.input_ids.shape[1]
     # position p predicts token p+1; keep p where any row trains on token p+1
     keep = torch.nonzero(mb.loss_mask[:, 1:].sum(0) > 0).flatten()
@@ -112,4 +143,22 @@ def score_tokens(model: torch.nn.Module, mb: MicroBatch, temperature: float,
     ent = torch.zeros((B, T), dtype=ent_k.dtype, device=ent_k.device)
     lp = lp.index_copy(1, keep + 1, lp_k)
     ent = ent.index_copy(1, keep + 1, ent_k)
+    return lp, ent
+
+
+def _score_fused(body, weight: torch.Tensor, mb: MicroBatch, temperature: float, autocast: str,
+                 share_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, att = mb.input_ids, mb.attention_mask
+    prefix = shared_prefix_len(ids, att) if share_prefix else 0
+    with torch.autocast(device_type=ids.device.type, dtype=torch.bfloat16, enabled=autocast == "bf16"):
+        if prefix >= MIN_SHARED:
+            hidden = shared_forward_hidden(body, ids, att, prefix)
+        else:
+            hidden = body(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
+    rows, pos = torch.nonzero(mb.loss_mask[:, 1:] > 0, as_tuple=True)  # position pos predicts pos + 1
+    lp_n, ent_n = head_logprobs(hidden[rows, pos], weight, ids[rows, pos + 1],
+                                temperature if temperature > 0 else 1.0,
+                                torch.bfloat16 if autocast == "bf16" else None)
+    lp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device).index_put((rows, pos + 1), lp_n)
+    ent = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device).index_put((rows, pos + 1), ent_n)
     return lp, ent

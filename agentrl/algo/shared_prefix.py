@@ -55,3 +55,14 @@ def shared_forward_logits(model, input_ids: torch.Tensor, attention_mask: torch.
                      use_cache=True, logits_to_keep=keep_rest)
         parts.append(rest.logits)
     return torch.cat(parts, dim=1)
+
+
+def shared_forward_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: int) -> torch.Tensor:
+    """The decoder body's last hidden states [B, T, H] (no LM head), the prefix run once."""
+    B = input_ids.shape[0]
+    pre = body(input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix], use_cache=True)
+    cache = pre.past_key_values
+    cache.batch_repeat_interleave(B)
+    rest = body(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
+                use_cache=True)
+    return torch.cat([pre.last_hidden_state.expand(B, -1, -1), rest.last_hidden_state], dim=1)

@@ -46,6 +46,8 @@ class UpdateSettings:
     # rows sharing a prompt run it once per micro-batch (agentrl.algo.shared_prefix); the
     # micro-batches then follow the groups. Single process only (FSDP ranks must agree).
     share_prefix: bool = False
+    # the LM head on trained positions only, without [B, K, V] logits (batching.score_tokens)
+    fused_head: bool = False
 
 
 @dataclass
@@ -181,6 +183,18 @@ def _full_norm(gn) -> float:
     return float(gn.full_tensor() if isinstance(gn, DTensor) else gn)
 
 
+def _one_cast_per_pass(model, settings: UpdateSettings):
+    """An autocast region around a pass over the micro-batches: autocast keeps its bfloat16
+    copy of each weight until the outermost region exits, so the weights are cast once per
+    pass, not once per micro-batch (score_tokens' own region nests inside; the same values).
+    Not under FSDP: the cache would keep every gathered layer's copy for the whole pass."""
+    from torch.distributed.tensor import DTensor
+
+    sharded = any(isinstance(p, DTensor) for p in model.parameters())
+    on = settings.autocast == "bf16" and not sharded
+    return torch.autocast(device_type=torch.device(settings.device).type, dtype=torch.bfloat16, enabled=on)
+
+
 def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list[bool], objective: Objective,
                 settings: UpdateSettings, ref_model=None, teacher_model=None) -> UpdateStats:
     """Apply ``settings.num_iterations`` optimizer steps of ``objective`` on the kept
@@ -222,14 +236,17 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
     # across the iterations: it is made of the sampler's and the teacher's log-probs)
     advs = [adv_all[mb.indices] if mb.indices else torch.zeros(mb.input_ids.shape[0]) for mb in batches]
     rkl_sum = 0.0
-    with torch.no_grad():
+    with torch.no_grad(), _one_cast_per_pass(model, settings):
         for b, mb in enumerate(batches):
             if settings.num_iterations > 1:
-                old[b] = score_tokens(model, mb, temperature, settings.autocast, settings.share_prefix)[0]
+                old[b] = score_tokens(model, mb, temperature, settings.autocast, settings.share_prefix,
+                                   settings.fused_head)[0]
             if ref_model is not None and objective.uses_reference:
-                ref[b] = score_tokens(ref_model, mb, temperature, settings.autocast, settings.share_prefix)[0]
+                ref[b] = score_tokens(ref_model, mb, temperature, settings.autocast, settings.share_prefix,
+                                   settings.fused_head)[0]
             if objective.uses_teacher:
-                teacher = score_tokens(teacher_model, mb, temperature, settings.autocast, settings.share_prefix)[0]
+                teacher = score_tokens(teacher_model, mb, temperature, settings.autocast, settings.share_prefix,
+                                   settings.fused_head)[0]
                 advs[b], rkl = objective.token_advantages(advs[b].to(teacher.device), mb.sampler_logprobs, teacher,
                                                           mb.loss_mask)
                 rkl_sum += float(rkl.sum())
@@ -243,31 +260,34 @@ def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list
                     p.grad = torch.zeros_like(p)
         loss_sum = pg_sum = 0.0
         rmax, rsum = 0.0, 0.0
-        for b, mb in enumerate(batches):
-            lp, ent = score_tokens(model, mb, temperature, settings.autocast, settings.share_prefix)
-            if old[b] is None:
-                old[b] = lp.detach()
-            isw = objective.is_weights(old[b], mb.sampler_logprobs, mb.loss_mask)
-            out = objective.policy_loss(lp, old[b], advs[b], mb.loss_mask, total_seqs=total_seqs,
-                                        total_tokens=total_tokens, is_weights=isw, ref_logprobs=ref[b])
-            out.loss.backward()
-            ntok = float(mb.loss_mask.sum())
-            loss_sum += float(out.loss.detach())
-            pg_sum += float(out.pg_loss)
-            rmax = max(rmax, float(out.ratio_max))
-            rsum += float(out.ratio_mean) * ntok
-            if it == 0:
-                m = mb.loss_mask
-                first.entropy += float((ent.detach() * m).sum())
-                first.clip += float(out.clip_frac) * ntok
-                first.kl += float(out.kl) * ntok
-                diff = (old[b] - mb.sampler_logprobs).abs() * m
-                first.mismatch += float(diff.sum())
-                first.mismatch_max = max(first.mismatch_max, float(diff.max()))
-                if isw is not None:
-                    first.is_weight += float((isw * m).sum())
-                    first.is_trunc += float(((isw >= objective.is_cap - 1e-6).float() * m).sum())
-                    first.is_weight_max = max(first.is_weight_max, float((isw * m).max()))
+        # the copies are dropped at the exit, before the step changes the weights
+        with _one_cast_per_pass(model, settings):
+            for b, mb in enumerate(batches):
+                lp, ent = score_tokens(model, mb, temperature, settings.autocast, settings.share_prefix,
+                                   settings.fused_head)
+                if old[b] is None:
+                    old[b] = lp.detach()
+                isw = objective.is_weights(old[b], mb.sampler_logprobs, mb.loss_mask)
+                out = objective.policy_loss(lp, old[b], advs[b], mb.loss_mask, total_seqs=total_seqs,
+                                            total_tokens=total_tokens, is_weights=isw, ref_logprobs=ref[b])
+                out.loss.backward()
+                ntok = float(mb.loss_mask.sum())
+                loss_sum += float(out.loss.detach())
+                pg_sum += float(out.pg_loss)
+                rmax = max(rmax, float(out.ratio_max))
+                rsum += float(out.ratio_mean) * ntok
+                if it == 0:
+                    m = mb.loss_mask
+                    first.entropy += float((ent.detach() * m).sum())
+                    first.clip += float(out.clip_frac) * ntok
+                    first.kl += float(out.kl) * ntok
+                    diff = (old[b] - mb.sampler_logprobs).abs() * m
+                    first.mismatch += float(diff.sum())
+                    first.mismatch_max = max(first.mismatch_max, float(diff.max()))
+                    if isw is not None:
+                        first.is_weight += float((isw * m).sum())
+                        first.is_trunc += float(((isw >= objective.is_cap - 1e-6).float() * m).sum())
+                        first.is_weight_max = max(first.is_weight_max, float((isw * m).max()))
         # listed here, after the passes: FSDP2 swaps in the parameters that carry the gradients
         gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
                                             settings.max_grad_norm)

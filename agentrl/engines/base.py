@@ -116,8 +116,9 @@ class Engine(Protocol):
         ...
 
     def sleep(self) -> None:
-        """Free the engine's accelerator memory for the update (``capabilities.can_sleep``;
-        a no-op otherwise); the trainer's next ``sync_weights`` brings it back."""
+        """Free the engine's memory for the update: its accelerator memory where
+        ``capabilities.can_sleep``, else at most what the update makes stale (copies of the
+        weights, KV caches); the trainer's next ``sync_weights`` brings it back."""
         ...
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:

@@ -191,7 +191,12 @@ class HFEngine:
         self.policy_version += 1
 
     def sleep(self) -> None:
-        """Does nothing (``can_sleep`` is False): the weights it samples from are the trainer's own."""
+        """Free what the coming optimizer step makes stale, so that it is not held through the
+        update: the bfloat16 copies of the weights (``sampler_dtype``; 0.27 GB for SmolLM2-135M)
+        and the kept KV caches. The weights themselves are the trainer's own: nothing else to
+        free (``can_sleep`` is False). The next turns cast and prefill again, as they would have."""
+        self.cast.clear()
+        self.clear_prefix_cache()
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """Teacher-forced log-probs at T=1 under the weights the engine samples with (a forward

@@ -280,3 +280,20 @@ def build_runtime(cfg: Config, env, model_path: str, plan=None, device: str | No
     else:
         runner = RolloutRunner(engine, chat, box, rollout_cfg)
     return Runtime(model, tok, engine, chat, box, runner, sampler)
+
+
+def resolve_fused_head(setting: str, model) -> bool:
+    """``train.fused_head`` for this policy: "off" never; "on" always (an error where the
+    head cannot be fused); "auto" where it can and the vocabulary is large enough for the
+    [rows, V] logits to matter (``FUSED_HEAD_MIN_VOCAB``)."""
+    from agentrl.algo.batching import FUSED_HEAD_MIN_VOCAB, FUSED_HEAD_TYPES, fused_head_parts
+
+    if setting == "off":
+        return False
+    parts = fused_head_parts(model)
+    if setting == "on" and parts is None:
+        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise ConfigError(f"train.fused_head=on needs a plain (not LoRA-wrapped, not sharded) causal LM of "
+                          f"{', '.join(FUSED_HEAD_TYPES)} with a bias-free LM head; this policy is {kind}: "
+                          "set train.fused_head=auto or off")
+    return parts is not None and (setting == "on" or parts[1].shape[0] >= FUSED_HEAD_MIN_VOCAB)

@@ -151,6 +151,10 @@ class TrainConfig:
     # The G attempts of a task share their prompt: run it once per micro-batch in the update
     # (agentrl.algo.shared_prefix; same update up to float order). Single process only.
     share_prefix: bool = False
+    # The LM head on each row's trained positions only, in chunks, without [rows, V] logits
+    # (agentrl.algo.head_logprobs; same update up to float order). "auto": on where the
+    # vocabulary has >= 32768 entries and the architecture allows it; "on" requires it.
+    fused_head: str = "auto"
     checkpoint_every: int = 10  # steps between checkpoints (0 = every step); the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept in <run>/checkpoints (0 = all)
     log_rollouts: bool = True  # write each step's trajectories to <run>/rollouts/step_XXXXXX.jsonl
@@ -167,6 +171,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.autocast not in ("none", "bf16"):
             raise ConfigError(f"train.autocast={self.autocast!r}: use 'none' or 'bf16'")
+        if self.fused_head not in ("auto", "on", "off"):
+            raise ConfigError(f"train.fused_head={self.fused_head!r}: use 'auto', 'on' or 'off'")
         check_ranges("train", self, [
             ("steps", self.steps >= 1, ">= 1 (to evaluate without training: agentrl eval)"),
             ("prompts_per_step", self.prompts_per_step >= 1, ">= 1"),

@@ -30,7 +30,7 @@ from agentrl.algo.objective import Objective
 from agentrl.algo.filters import FilterResult
 from agentrl.algo.grpo import GroupAdvantages
 from agentrl.algo.update import UpdateSettings, UpdateStats, compute_advantages, grpo_update
-from agentrl.run.build import build_runtime, make_env, resolve_model_path
+from agentrl.run.build import build_runtime, make_env, resolve_fused_head, resolve_model_path
 from agentrl.run.checkpoint import TrainState, load_checkpoint_state, save_checkpoint
 from agentrl.run.collect import collect_step, draw_tasks, step_metrics
 from agentrl.run.config import Config, ConfigError, config_to_dict, save_config
@@ -162,7 +162,7 @@ class Trainer:
             micro_batch_tokens=cfg.train.micro_batch_tokens, num_iterations=cfg.train.num_iterations,
             max_grad_norm=cfg.optim.max_grad_norm, pad_id=self.tokenizer.pad_token_id, device=self.dist.device,
             skip_zero_advantage=cfg.train.skip_zero_advantage, autocast=cfg.train.autocast,
-            share_prefix=cfg.train.share_prefix)
+            share_prefix=cfg.train.share_prefix, fused_head=resolve_fused_head(cfg.train.fused_head, self.model))
         if cfg.train.share_prefix and (self.dist.world_size > 1 or self.plan.grad_checkpointing):
             raise ConfigError("train.share_prefix runs two forwards per micro-batch (the prompt, then the rest), "
                               "which FSDP ranks and gradient checkpointing cannot follow; set train.share_prefix=false")
@@ -275,8 +275,9 @@ class Trainer:
             split = split_stale(batch.trajectories, self.version, cfg.train.max_staleness)
             trajs, timing = split.kept, batch.timing
             extra = batch_metrics(batch, split, cfg.train.max_staleness)
-        if self.engine.capabilities.can_sleep and not self._producer_owns_engine:
-            self.engine.sleep()  # e.g. vLLM with enable_sleep_mode frees its GPU memory
+        if not self._producer_owns_engine:
+            # vLLM with enable_sleep_mode frees its GPU memory; the HF engine, its bf16 copies
+            self.engine.sleep()
         stop_on_infra_failures(trajs, cfg.train.max_infra_fail_frac, step,
                                lambda all_trajs: self._write_rollouts(step, all_trajs))
         t1 = time.perf_counter()
