@@ -66,7 +66,7 @@ $(MCP_VENV)/.installed:
 	touch $@
 
 # Debian packages the tests use (installed by `make test` when run as root; else it says how).
-SYSTEM_PACKAGES ?= bubblewrap chromium chromium-driver
+SYSTEM_PACKAGES ?= bubblewrap chromium chromium-driver libjemalloc2
 
 install: $(VENV)/.installed
 

@@ -111,7 +111,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if from_command_line and argv[:1] == ["train"]:
+        from agentrl.run.allocator import restart_with_jemalloc
+
+        restart_with_jemalloc(argv)  # where jemalloc is installed: a lower peak (agentrl/run/allocator.py)
     if argv and argv[0] == "inspect":  # the inspector owns its own argument parser
         return _cmd_inspect(argv[1:])
     p = argparse.ArgumentParser(prog="agentrl", description="Train tool-using LLM agents with GRPO.")

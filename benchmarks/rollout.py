@@ -17,12 +17,15 @@ the same number of tokens with the same engine over the same 8 prompts x G=8 = 6
   same sampled-token count in one batched call.
 
 The ratio is multi-turn tokens/s over single-turn tokens/s (goals: >= 0.85, and >= 0.7 with
-the long tail).
+the long tail). "wall/busy" is each path's wall time over the seconds the engine computed
+(the continuous batcher's ``busy_s`` per attempt; the generation calls in the other paths):
+how much of the rollout the engine spent waiting on tools and Python.
 
     python benchmarks/rollout.py                     # 8 prompts x 8, 3 tool turns, 50 ms tool
     python benchmarks/rollout.py --long-tail         # every 16th call takes 1.0 s
     python benchmarks/rollout.py --threads 2 --repeats 5
     python benchmarks/rollout.py --model smollm2 --repeats 1   # SmolLM2-135M (make smollm2)
+    python benchmarks/rollout.py --model smollm2 --long-tail --threads 2 --sampler-dtype bfloat16
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ class Timing:
     prefill_s: float = 0.0  # part of generate_s spent in the decoder's prefill
     prefill_tokens: int = 0  # prompt tokens the prefill ran (after prefix-cache hits and de-duplication)
     loop_cpu_s: float = 0.0  # CPU seconds of the rollout's own thread (templates, parsing, bookkeeping)
+    # seconds the engine computed (prefill, sampling, decode steps, the batcher's cache moves):
+    # the continuous batcher's busy_s per attempt; the generation calls themselves otherwise
+    engine_busy_s: float = 0.0
 
     @property
     def tok_s(self) -> float:
@@ -112,21 +118,25 @@ class PrefillClock:
 
 
 def run_multi_turn(runner: RolloutRunner, tasks, group: int, seed: int, tool_turns: int) -> Timing:
+    stats = runner.engine.batcher_stats
+    busy = stats.busy_s
     cpu = time.thread_time()
     batch = runner.run(tasks, group, SYSTEM, seed=seed)
     cpu = time.thread_time() - cpu
+    busy = stats.busy_s - busy
     for t in batch.trajectories:  # the script really drove every attempt through its tool turns
         ok = t.finish_reason == "stop" and len(t.tool_calls) == tool_turns and not any(c.error for c in t.tool_calls)
         assert ok, (t.finish_reason, t.tool_calls)
     s = batch.stats
-    return Timing(s.total_s, s.sampled_tokens, s.generate_s, s.tools_s, loop_cpu_s=cpu)
+    return Timing(s.total_s, s.sampled_tokens, s.generate_s, s.tools_s, loop_cpu_s=cpu,
+                  engine_busy_s=busy if runner.config.loop == "attempt" else s.generate_s)
 
 
 def run_single_turn(engine: HFEngine, prompts: list[list[int]], new_tokens: int, seed: int) -> Timing:
     start = time.perf_counter()
     gens = engine.generate(prompts, SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=seed))
     seconds = time.perf_counter() - start
-    return Timing(seconds, sum(len(g.token_ids) for g in gens), seconds, 0.0)
+    return Timing(seconds, sum(len(g.token_ids) for g in gens), seconds, 0.0, engine_busy_s=seconds)
 
 
 def median_timing(runs: list[Timing]) -> Timing:
@@ -146,6 +156,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per side after a warm-up; median reported")
     ap.add_argument("--model", default="tiny", help="tiny, smollm2, a .gguf file or an HF directory")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--sampler-dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="model.sampler_dtype: bfloat16 samples from bf16 copies of the weights")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -156,7 +168,9 @@ def main() -> None:
         from agentrl.run.config import Config, ModelConfig
 
         path = resolve_model_path(Config(model=ModelConfig(path=args.model)))
-    engine = HFEngine.from_pretrained(path, seed=0)
+    from agentrl.engines.sampler_dtype import sampler_dtype
+
+    engine = HFEngine.from_pretrained(path, seed=0, sampler_dtype=sampler_dtype(args.sampler_dtype))
     tok = engine.tokenizer
     # The tiny model's template renders tools and detects its format; a template without tool
     # support (SmolLM2's) still renders tool messages, and the script writes Hermes calls.
@@ -200,10 +214,11 @@ def main() -> None:
           f"torch threads {args.threads}, median of {args.repeats}")
     print(f"prompt {len(prompts[0])} tokens; final multi-turn sequence {min(lens)}..{max(lens)} tokens")
     print(f"{'path':<12} {'sampled':>8} {'wall s':>7} {'tok/s':>6} {'generate s':>11} {'(prefill s':>11} "
-          f"{'prefill tok)':>13} {'tools s':>8} {'loop cpu s':>10}")
+          f"{'prefill tok)':>13} {'tools s':>8} {'loop cpu s':>10} {'engine busy s':>14} {'wall/busy':>9}")
     for name, t in med.items():
         print(f"{name:<12} {t.tokens:>8} {t.seconds:>7.2f} {t.tok_s:>6.0f} {t.generate_s:>11.2f} {t.prefill_s:>11.2f} "
-              f"{t.prefill_tokens:>13} {t.tools_s:>8.2f} {t.loop_cpu_s:>10.2f}")
+              f"{t.prefill_tokens:>13} {t.tools_s:>8.2f} {t.loop_cpu_s:>10.2f} {t.engine_busy_s:>14.2f} "
+              f"{t.seconds / max(t.engine_busy_s, 1e-9):>9.2f}")
     print("(tools s: wall time with a tool call in flight; per attempt it overlaps generation. loop cpu s: CPU "
           "time of the rollout's thread, which shares the GIL with the engine's driver thread; lock-step "
           "generates on that thread too)")

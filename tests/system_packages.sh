@@ -2,6 +2,7 @@
 # Install the Debian packages the tests use, when this machine lets us; otherwise say how.
 #   bubblewrap                 the python tool's strongest sandbox level (the tests of that level)
 #   chromium, chromium-driver  headless browser tests of `agentrl inspect --html`
+#   libjemalloc2               the allocator `agentrl train` runs under where it is installed
 # Without them the tests that need them skip, naming this same command.
 set -u
 missing=""

@@ -135,6 +135,8 @@ def test_which_models_get_the_fused_head(model):
     assert resolve_fused_head("on", model) is True and resolve_fused_head("off", model) is False
     with pytest.raises(ConfigError, match="train.fused_head=auto or off"):
         resolve_fused_head("on", torch.nn.Linear(2, 2))
+    for written, meant in (("off", "off"), ("on", "on"), ("false", "off"), ("auto", "auto")):  # YAML: off is false
+        assert load_config("examples/arithmetic_tiny.yaml", [f"train.fused_head={written}"]).train.fused_head == meant
     with pytest.raises(ConfigError, match="'auto', 'on' or 'off'"):
         load_config("examples/arithmetic_tiny.yaml", ["train.fused_head=always"])
 

@@ -153,8 +153,9 @@ class TrainConfig:
     share_prefix: bool = False
     # The LM head on each row's trained positions only, in chunks, without [rows, V] logits
     # (agentrl.algo.head_logprobs; same update up to float order). "auto": on where the
-    # vocabulary has >= 32768 entries and the architecture allows it; "on" requires it.
-    fused_head: str = "auto"
+    # vocabulary has >= 32768 entries and the architecture allows it; "on" (true) requires it;
+    # "off" (false) materializes the logits.
+    fused_head: str | bool = "auto"
     checkpoint_every: int = 10  # steps between checkpoints (0 = every step); the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept in <run>/checkpoints (0 = all)
     log_rollouts: bool = True  # write each step's trajectories to <run>/rollouts/step_XXXXXX.jsonl
@@ -171,6 +172,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.autocast not in ("none", "bf16"):
             raise ConfigError(f"train.autocast={self.autocast!r}: use 'none' or 'bf16'")
+        if isinstance(self.fused_head, bool):  # YAML reads a bare on/off as true/false
+            self.fused_head = "on" if self.fused_head else "off"
         if self.fused_head not in ("auto", "on", "off"):
             raise ConfigError(f"train.fused_head={self.fused_head!r}: use 'auto', 'on' or 'off'")
         check_ranges("train", self, [

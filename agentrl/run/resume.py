@@ -34,6 +34,7 @@ RESUMABLE: dict[str, str] = {
     "train.log_rollouts": "whether step rollouts are written",
     "train.tape": "whether the step tape (agentrl replay) is written",
     "train.micro_batch_tokens": "memory per forward (the same update up to float order)",
+    "train.fused_head": "the LM head's memory and speed (the same update up to float order)",
     "model.num_threads": "CPU threads (speed only)",
     "alarms.on_alarm": "whether an alarm stops the run (go on after alarms.on_alarm=stop)",
     "alarms.disable": "alarms not checked",

@@ -46,6 +46,7 @@ from agentrl.scale.parallel import describe_plan, resolve_plan
 from agentrl.run.rank_merge import StepShard, merge_eval_results, merge_step_shards
 from agentrl.run.reference import build_reference, build_teacher, check_distill
 from agentrl.run.alarms import AlarmMonitor, AlarmStop
+from agentrl.run.allocator import current_allocator
 from agentrl.run.canary import WeightCanary
 from agentrl.run.retry import InfraStopError, RetryPolicy, stop_on_infra_failures
 from agentrl.run.tape import TapeRecorder
@@ -371,7 +372,7 @@ class Trainer:
     def train(self) -> TrainResult:
         cfg = self.cfg
         self.log(with_lines(self.objective.describe(), describe_async(cfg, self._is_defaulted)))
-        self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}")
+        self.log(f"layout: {describe_plan(self.plan, self.dist.world_size)}; allocator: {current_allocator()}")
         iso = {t.isolation_level for t in self.runner.toolbox.tools.values()} - {None}
         if iso:
             from agentrl.tools.sandbox.isolation import describe_level  # what each level means
