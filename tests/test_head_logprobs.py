@@ -14,12 +14,11 @@ from transformers import AutoModelForCausalLM
 from agentrl.algo.batching import collate, fused_head_parts, score_tokens
 from agentrl.algo.grpo import token_logprobs
 from agentrl.algo.head_logprobs import head_logprobs
-from agentrl.algo.objective import Objective
-from agentrl.algo.update import UpdateSettings, compute_advantages, grpo_update
+from agentrl.algo.update import UpdateSettings
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.run.build import resolve_fused_head
 from agentrl.run.config import ConfigError, load_config
-from tests.test_shared_prefix import group
+from tests.test_shared_prefix import group, two_groups, update_delta
 
 
 @pytest.fixture(scope="module")
@@ -102,21 +101,10 @@ def test_score_tokens_fused_equals_materialized(model, share, autocast):
 
 
 def test_update_with_the_fused_head_matches(model):
-    trajs = group(30, [[5, 2, 4], [8, 3, 2], [2, 2, 6]], 2, [1, 0, 0], "a") + \
-        group(25, [[4, 1, 3], [6, 2, 2], [3, 3, 3]], 3, [0, 1, 1], "b")
-    objective = Objective()
-    deltas = []
-    for fused in (False, True):
-        m = copy.deepcopy(model)
-        before = [p.detach().clone() for p in m.parameters()]
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        _, filt = compute_advantages(trajs, objective)
-        stats = grpo_update(m, opt, sched, trajs, filt.keep.tolist(), objective,
-                            UpdateSettings(micro_batch_tokens=256, share_prefix=True, fused_head=fused,
-                                           num_iterations=2))
-        assert stats.trained_attempts == 6
-        deltas.append(torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)]))
+    trajs = two_groups()
+    deltas = [update_delta(model, trajs, UpdateSettings(micro_batch_tokens=256, share_prefix=True, fused_head=fused,
+                                                        num_iterations=2))
+              for fused in (False, True)]
     assert ((deltas[0] - deltas[1]).norm() / deltas[0].norm()).item() < 1e-4
 
 

@@ -372,3 +372,16 @@ def test_a_compacted_async_run_trains_and_replays(tmp_path):
     report, text = _replay(run, 2)
     assert report.ok, text
     assert report.rollout.attempts == report.rollout.equal == len([t for t in trajs if t.group_id.startswith("s2")])
+
+
+def test_a_bf16_sampler_runs_attempt_loop_replay_says_its_tokens_may_differ(tmp_path):
+    """The bf16 sampler's rounding depends on the decode batch's make-up: the replay of a
+    per-attempt run says so (a lock-step run's does not)."""
+    from agentrl.run.replay import BF16_ATTEMPT_LOOP_NOTE
+
+    for loop in ("attempt", "lockstep"):
+        run = _train(tmp_path / loop, "model.sampler_dtype=bfloat16", "train.steps=1", f"rollout.loop={loop}")
+        report, text = _replay(run, 1, update=False)
+        assert (BF16_ATTEMPT_LOOP_NOTE in report.notes) == (loop == "attempt"), text
+        if loop == "lockstep":
+            assert report.ok, text  # the same batches: token-exact in bfloat16 too

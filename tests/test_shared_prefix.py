@@ -66,19 +66,26 @@ def test_shared_scores_and_gradients_equal_the_full_forward(model, autocast):
     assert bool(((lp_shared != 0) | (mb.loss_mask == 0)).all())  # every trained token scored
 
 
-def test_update_with_shared_prefix_matches_the_unshared_update(model):
-    trajs = group(30, [[5, 2, 4], [8, 3, 2], [2, 2, 6]], 2, [1, 0, 0], "a") + \
+def two_groups() -> list[Trajectory]:
+    return group(30, [[5, 2, 4], [8, 3, 2], [2, 2, 6]], 2, [1, 0, 0], "a") + \
         group(25, [[4, 1, 3], [6, 2, 2], [3, 3, 3]], 3, [0, 1, 1], "b")
+
+
+def update_delta(model, trajs: list[Trajectory], settings: UpdateSettings) -> torch.Tensor:
+    """The parameter change of one SGD update of ``trajs`` on a copy of ``model``."""
+    m = copy.deepcopy(model)
+    before = [p.detach().clone() for p in m.parameters()]
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     objective = Objective()
-    deltas = []
-    for share in (False, True):
-        m = copy.deepcopy(model)
-        before = [p.detach().clone() for p in m.parameters()]
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        _, filt = compute_advantages(trajs, objective)
-        stats = grpo_update(m, opt, sched, trajs, filt.keep.tolist(), objective,
-                            UpdateSettings(micro_batch_tokens=256, share_prefix=share))
-        assert stats.trained_attempts == 6
-        deltas.append(torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)]))
+    _, filt = compute_advantages(trajs, objective)
+    stats = grpo_update(m, opt, sched, trajs, filt.keep.tolist(), objective, settings)
+    assert stats.trained_attempts == len(trajs)
+    return torch.cat([(p.detach() - b).flatten() for p, b in zip(m.parameters(), before)])
+
+
+def test_update_with_shared_prefix_matches_the_unshared_update(model):
+    trajs = two_groups()
+    deltas = [update_delta(model, trajs, UpdateSettings(micro_batch_tokens=256, share_prefix=share))
+              for share in (False, True)]
     assert ((deltas[0] - deltas[1]).norm() / deltas[0].norm()).item() < 1e-4

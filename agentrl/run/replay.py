@@ -208,6 +208,8 @@ def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Pat
                             "agent replays exactly; one that is not shows where it went another way)")
     _check_hashes(tape, recorded_cfg, trainer, report)
     _check_threads(tape, report)
+    if rollout and cfg.model.sampler_dtype == "bfloat16" and getattr(trainer.runner, "uses_attempt_loop", True):
+        report.notes.append(BF16_ATTEMPT_LOOP_NOTE)
     for s in range(start_step + 1, (target if rollout else step - 1) + 1):
         report.forward.append(_update(trainer, run_dir, s))
         if dist.max_floats([0.0 if report.forward[-1].equal else 1.0])[0]:  # every rank stops here together
@@ -220,6 +222,15 @@ def _replay(run_dir: Path, step: int, tape: StepTape, recorded_cfg, scratch: Pat
         report.update = _update(trainer, run_dir, step)
     trainer.toolbox.tape = None
     return _finish(report, trainer, log)
+
+
+# Measured on SmolLM2-135M: a row's bf16 logits alone and beside another row differ by up to
+# 0.44 (float32: 2e-5); two runs of examples/smollm2_tir.yaml had 45 of 48 attempts equal at step 1.
+BF16_ATTEMPT_LOOP_NOTE = (
+    "note: model.sampler_dtype=bfloat16 under the per-attempt loop: a decode step's bfloat16 rounding depends "
+    "on which attempts share it (SmolLM2: a row's logits alone and beside another row differ by up to 0.44, "
+    "against 2e-5 in float32), so some token ids may differ; a run recorded with rollout.loop=lockstep "
+    "replays its rollouts token-exact")
 
 
 def _finish(report: ReplayReport, trainer, log) -> ReplayReport:
