@@ -16,12 +16,12 @@ LIB = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
 def test_the_plan_preloads_once_and_keeps_what_was_preloaded():
-    env = reexec_plan(["train", "c.yaml"], {"LD_PRELOAD": "/opt/libfoo.so", "PATH": "/bin"}, LIB)
+    env = reexec_plan({"LD_PRELOAD": "/opt/libfoo.so", "PATH": "/bin"}, LIB)
     assert env["LD_PRELOAD"] == f"{LIB} /opt/libfoo.so" and env["PATH"] == "/bin" and env[REEXEC_GUARD] == "1"
-    assert reexec_plan(["train"], env, LIB) is None  # restarted already: never twice
-    assert reexec_plan(["train"], {"LD_PRELOAD": LIB}, LIB) is None  # preloaded by the user
-    assert reexec_plan(["train"], {CHOICE: "system"}, LIB) is None
-    assert reexec_plan(["train"], {}, None) is None  # not installed: go on with malloc
+    assert reexec_plan(env, LIB) is None  # restarted already: never twice
+    assert reexec_plan({"LD_PRELOAD": LIB}, LIB) is None  # preloaded by the user
+    assert reexec_plan({CHOICE: "system"}, LIB) is None
+    assert reexec_plan({}, None) is None  # not installed: go on with malloc
 
 
 def test_find_jemalloc_looks_in_the_library_directories(tmp_path):

@@ -133,3 +133,26 @@ def test_auto_turns_on_for_a_large_vocabulary(model):
     big = copy.deepcopy(model)
     big.resize_token_embeddings(32768)
     assert resolve_fused_head("auto", big) is True
+
+
+def _weight_casts(settings: UpdateSettings) -> int:
+    """float32 -> bfloat16 casts of a Linear's [32, 64] weight over 3 micro-batch passes
+    (each forward in its own autocast region, as score_tokens runs it), backward casts included."""
+    from torch.profiler import profile
+
+    from agentrl.algo.update import _one_cast_per_pass
+
+    lin = torch.nn.Linear(64, 32)
+    with profile(record_shapes=True) as prof, _one_cast_per_pass(lin, settings):
+        for _ in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = lin(torch.randn(4, 64))
+            y.float().sum().backward()
+    return sum(1 for e in prof.events()
+               if e.name == "aten::_to_copy" and e.input_shapes and list(e.input_shapes[0]) == [32, 64])
+
+
+def test_the_update_casts_each_weight_once_per_pass():
+    # 3 forwards + 3 gradients cast back without the pass's region; 1 + 3 with it
+    assert _weight_casts(UpdateSettings(micro_batch_tokens=1)) == 6
+    assert _weight_casts(UpdateSettings(micro_batch_tokens=1, autocast="bf16")) == 4

@@ -16,8 +16,8 @@ rank issues the same FSDP collectives.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-
 from dataclasses import dataclass
 
 import torch
@@ -187,12 +187,13 @@ def _one_cast_per_pass(model, settings: UpdateSettings):
     """An autocast region around a pass over the micro-batches: autocast keeps its bfloat16
     copy of each weight until the outermost region exits, so the weights are cast once per
     pass, not once per micro-batch (score_tokens' own region nests inside; the same values).
-    Not under FSDP: the cache would keep every gathered layer's copy for the whole pass."""
+    Not under FSDP: the cache would keep every gathered layer's copy for the whole pass. Off,
+    no region at all: a disabled ``torch.autocast`` still counts as one and keeps the cache."""
     from torch.distributed.tensor import DTensor
 
-    sharded = any(isinstance(p, DTensor) for p in model.parameters())
-    on = settings.autocast == "bf16" and not sharded
-    return torch.autocast(device_type=torch.device(settings.device).type, dtype=torch.bfloat16, enabled=on)
+    if settings.autocast != "bf16" or any(isinstance(p, DTensor) for p in model.parameters()):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(settings.device).type, dtype=torch.bfloat16)
 
 
 def grpo_update(model, optimizer, scheduler, trajs: list[Trajectory], keep: list[bool], objective: Objective,

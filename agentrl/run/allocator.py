@@ -13,10 +13,10 @@ itself again once, with jemalloc preloaded, when it finds the library (Debian/Ub
 does for CPU training. ``AGENTRL_ALLOCATOR=system`` keeps the C library's malloc. The run's
 first lines say which allocator it runs under.
 
->>> plan = reexec_plan(["train", "x.yaml"], {}, "/usr/lib/libjemalloc.so.2")
+>>> plan = reexec_plan({}, "/usr/lib/libjemalloc.so.2")
 >>> plan["LD_PRELOAD"], plan[REEXEC_GUARD]
 ('/usr/lib/libjemalloc.so.2', '1')
->>> reexec_plan(["train", "x.yaml"], {"AGENTRL_ALLOCATOR": "system"}, "/usr/lib/libjemalloc.so.2") is None
+>>> reexec_plan({"AGENTRL_ALLOCATOR": "system"}, "/usr/lib/libjemalloc.so.2") is None
 True
 """
 
@@ -43,8 +43,8 @@ def find_jemalloc(dirs: tuple[str, ...] = LIBRARY_DIRS) -> str | None:
     return None
 
 
-def reexec_plan(argv: list[str], env: dict[str, str], jemalloc: str | None) -> dict[str, str] | None:
-    """The environment to start ``agentrl argv`` again with, or None to go on as is: not on
+def reexec_plan(env: dict[str, str], jemalloc: str | None) -> dict[str, str] | None:
+    """The environment to start ``agentrl train`` again with, or None to go on as is: not on
     Linux, no jemalloc, ``AGENTRL_ALLOCATOR=system``, already restarted, or already preloaded."""
     if not sys.platform.startswith("linux") or jemalloc is None or env.get(REEXEC_GUARD):
         return None
@@ -61,7 +61,7 @@ def restart_with_jemalloc(argv: list[str]) -> None:
     choice = os.environ.get(CHOICE, "jemalloc")
     if choice not in ("jemalloc", "system"):
         raise SystemExit(f"{CHOICE}={choice!r}: use 'jemalloc' (the default where it is installed) or 'system'")
-    env = reexec_plan(argv, dict(os.environ), find_jemalloc())
+    env = reexec_plan(dict(os.environ), find_jemalloc())
     if env is None:
         return
     sys.stdout.flush()
