@@ -10,6 +10,7 @@ import torch
 from agentrl.engines.base import SamplingParams
 from agentrl.engines.decode import FastDecoder
 from agentrl.engines.hf import HFEngine
+from agentrl.engines.projection import Projection, packing_works
 from agentrl.engines.sampler_dtype import CastWeights
 from agentrl.models.tiny import build_tiny_model
 from agentrl.run.config import load_config
@@ -144,3 +145,65 @@ def test_the_update_runs_without_the_samplers_stale_copies(tmp_path):
     trainer.train_step(1)
     assert held == [(0, 0)]
     assert trainer.engine.cast.nbytes() > 0  # the canary after the sync cast the new weights again
+
+
+def test_the_bf16_sampler_fuses_qkv_and_gate_up_without_changing_the_logits(model_dir, monkeypatch):
+    """With sampler copies, each layer's q/k/v and gate/up projections are one matrix each
+    (4 matrix products a layer, not 7), packed for oneDNN where it runs; the logits are those
+    of the separate bf16 products up to summation order, and the copies take no more bytes
+    than one bf16 copy of the weights."""
+    engine = HFEngine.from_pretrained(model_dir, max_cached_tokens=0)
+    model = engine.model
+    fused = FastDecoder(model, None, CastWeights(torch.bfloat16))
+    got = _steps(fused, 4)
+    layers = fused._layers()
+    assert all(len(p.qkv.weights) == 1 and p.qkv.sizes == [128, 64, 64] and len(p.gate_up.weights) == 1
+               and p.qkv.packed == packing_works(torch.bfloat16) for p in layers)
+    assert layers[0].qkv.biases[0] is not None  # Qwen2's q/k/v biases are fused too
+    # no part is cast twice; a tied LM head is the exception: packed, beside the embedding's copy
+    tied = model.lm_head.weight is model.get_input_embeddings().weight
+    assert fused.cast.nbytes() == 2 * (sum(p.numel() for p in model.parameters()) + tied * model.lm_head.weight.numel())
+    # the parts one by one, each a plain bf16 copy: what the decoder ran before fusing
+    monkeypatch.setattr(Projection, "of", classmethod(lambda cls, ws, bs, dtype: cls(
+        [w.detach().to(dtype) for w in ws], [None if b is None else b.detach().to(dtype) for b in bs],
+        [w.shape[0] for w in ws])))
+    apart = FastDecoder(model, None, CastWeights(torch.bfloat16))
+    want = _steps(apart, 4)
+    assert len(apart._layers()[0].qkv.weights) == 3
+    for a, b in zip(got, want):
+        assert (a - b).abs().max().item() < 0.02 * max(1.0, b.abs().max().item())
+
+
+def test_a_projection_follows_an_in_place_change_of_any_part():
+    parts = [torch.nn.Linear(3, n).weight for n in (4, 2)]
+    cast = CastWeights(torch.bfloat16)
+    first = cast.projection(parts, [None, None])
+    x = torch.randn(5, 3).bfloat16()
+    assert [tuple(y.shape) for y in first(x)] == [(5, 4), (5, 2)] and cast.projection(parts, [None, None]) is first
+    with torch.no_grad():
+        parts[1].mul_(2.0)
+    again = cast.projection(parts, [None, None])
+    assert again is not first
+    assert torch.equal(again(x)[1], torch.nn.functional.linear(x, parts[1].detach().bfloat16()))
+    own = CastWeights(None).projection(parts, [None, None])  # float32: the parameters themselves
+    assert own.weights[0] is parts[0] and CastWeights(None).nbytes() == 0
+    cast.clear()
+    assert cast.nbytes() == 0
+
+
+@pytest.mark.skipif(not packing_works(torch.bfloat16), reason="oneDNN does not run bfloat16 on this CPU")
+def test_the_packed_product_is_bit_identical_to_f_linear():
+    """The oneDNN-packed matrix gives exactly F.linear's result on the same bf16 matrix, for
+    a decode step's rows, one row, and a prefill's many, with and without a bias."""
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(96, 64, generator=gen)
+    b = torch.randn(96, generator=gen)
+    for bias in (None, b):
+        proj = Projection.of([w[:64], w[64:]], [None, None] if bias is None else [bias[:64], bias[64:]],
+                             torch.bfloat16)
+        assert proj.packed and proj.weights[0].is_mkldnn
+        for rows in (1, 48, 700):
+            x = torch.randn(rows, 64, generator=gen).bfloat16()
+            want = torch.nn.functional.linear(x, w.bfloat16(), None if bias is None else bias.bfloat16())
+            assert torch.equal(torch.cat(proj(x), dim=-1), want)
+    assert proj.nbytes() == 96 * 64 * 2 + 96 * 2

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from agentrl.engines.prefix_cache import PrefillPlan, PrefixCache
+from agentrl.engines.projection import Projection
 from agentrl.engines.sampler_dtype import CastWeights
 from agentrl.engines.stock_decoder import StockDecoder
 
@@ -37,21 +38,14 @@ _MASK_ELEMENTS = 1 << 24
 
 @dataclass
 class _Layer:
-    """Views of one decoder layer's parameters (the model's tensors themselves)."""
+    """One decoder layer's parameters: the model's own tensors, or the sampler's copies."""
 
     ln1: Tensor
-    q_w: Tensor
-    q_b: Tensor | None
-    k_w: Tensor
-    k_b: Tensor | None
-    v_w: Tensor
-    v_b: Tensor | None
-    o_w: Tensor
-    o_b: Tensor | None
+    qkv: Projection  # -> q (n, n_heads * head_dim), k and v (n, n_kv * head_dim)
+    o: Projection
     ln2: Tensor
-    gate_w: Tensor
-    up_w: Tensor
-    down_w: Tensor
+    gate_up: Projection  # -> gate, up (n, intermediate)
+    down: Projection
     q_norm: Tensor | None  # Qwen3: RMSNorm over each head's query/key before the rotation
     k_norm: Tensor | None
 
@@ -118,12 +112,16 @@ class FastDecoder:
         c = self.cast
         for layer in self.model.model.layers:
             a, m = layer.self_attn, layer.mlp
-            out.append(_Layer(*map(c, (
-                layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
-                a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight,
-                m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight,
-                getattr(getattr(a, "q_norm", None), "weight", None),
-                getattr(getattr(a, "k_norm", None), "weight", None)))))
+            qkv = (a.q_proj, a.k_proj, a.v_proj)
+            out.append(_Layer(
+                c(layer.input_layernorm.weight),
+                c.projection([x.weight for x in qkv], [x.bias for x in qkv]),
+                c.projection([a.o_proj.weight], [a.o_proj.bias]),
+                c(layer.post_attention_layernorm.weight),
+                c.projection([m.gate_proj.weight, m.up_proj.weight], [None, None]),
+                c.projection([m.down_proj.weight], [None]),
+                c(getattr(getattr(a, "q_norm", None), "weight", None)),
+                c(getattr(getattr(a, "k_norm", None), "weight", None))))
         return out
 
     def _rope_tables(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -138,7 +136,8 @@ class FastDecoder:
 
     def _mlp(self, x: Tensor, p: _Layer) -> Tensor:
         h = _rms_norm(x, p.ln2, self.eps)
-        return x + F.linear(F.silu(F.linear(h, p.gate_w)) * F.linear(h, p.up_w), p.down_w)
+        gate, up = p.gate_up(h)
+        return x + p.down(F.silu(gate) * up)[0]
 
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]], max_new_tokens: int, *, every_position: bool = False) -> Tensor:
@@ -205,10 +204,10 @@ class FastDecoder:
         x = F.embedding(plan.ids, embed)
         n = plan.ids.numel()
         for i, p in enumerate(self.layers):
-            h = _rms_norm(x, p.ln1, self.eps)
-            q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(n, self.n_heads, self.head_dim), p.q_norm)
-            k = self._head_norm(F.linear(h, p.k_w, p.k_b).view(n, self.n_kv, self.head_dim), p.k_norm)
-            v = F.linear(h, p.v_w, p.v_b).view(n, self.n_kv, self.head_dim)
+            q, k, v = p.qkv(_rms_norm(x, p.ln1, self.eps))
+            q = self._head_norm(q.view(n, self.n_heads, self.head_dim), p.q_norm)
+            k = self._head_norm(k.view(n, self.n_kv, self.head_dim), p.k_norm)
+            v = v.view(n, self.n_kv, self.head_dim)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             uk[i].transpose(1, 2)[plan.row_of, plan.slot] = k
             uv[i].transpose(1, 2)[plan.row_of, plan.slot] = v
@@ -224,7 +223,7 @@ class FastDecoder:
                 attn[a: a + chunk] = F.scaled_dot_product_attention(qp[a: a + chunk], uk[i, a: a + chunk],
                                                                     uv[i, a: a + chunk], attn_mask=part)
             attn = attn.view(u, self.n_kv, rep, window, self.head_dim).permute(0, 3, 1, 2, 4)
-            x = x + F.linear(attn.reshape(u * window, -1)[in_window], p.o_w, p.o_b)
+            x = x + p.o(attn.reshape(u * window, -1)[in_window])[0]
             x = self._mlp(x, p)
         if not in_place:
             self.k_all[:, :, :, :width] = uk[:, src]
@@ -267,7 +266,7 @@ class FastDecoder:
     def _logits(self, x: Tensor) -> Tensor:
         h = _rms_norm(x, self.cast(self.model.model.norm.weight), self.eps)
         head = self.model.lm_head
-        return F.linear(h, self.cast(head.weight), self.cast(head.bias)).float()
+        return self.cast.projection([head.weight], [head.bias])(h)[0].float()
 
     @torch.inference_mode()
     def step(self, tokens: Tensor) -> Tensor:
@@ -278,16 +277,16 @@ class FastDecoder:
         mask = self.key_ok[:, None, None, : t + 1]
         x = F.embedding(tokens, self.cast(self.model.model.embed_tokens.weight))
         for i, p in enumerate(self.layers):
-            h = _rms_norm(x, p.ln1, self.eps)
-            q = self._head_norm(F.linear(h, p.q_w, p.q_b).view(b, self.n_kv, rep, self.head_dim), p.q_norm)
-            k = self._head_norm(F.linear(h, p.k_w, p.k_b).view(b, self.n_kv, 1, self.head_dim), p.k_norm)
-            v = F.linear(h, p.v_w, p.v_b).view(b, self.n_kv, 1, self.head_dim)
+            q, k, v = p.qkv(_rms_norm(x, p.ln1, self.eps))
+            q = self._head_norm(q.view(b, self.n_kv, rep, self.head_dim), p.q_norm)
+            k = self._head_norm(k.view(b, self.n_kv, 1, self.head_dim), p.k_norm)
+            v = v.view(b, self.n_kv, 1, self.head_dim)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             self.k_cache[i][:, :, t: t + 1] = k
             self.v_cache[i][:, :, t: t + 1] = v
             attn = F.scaled_dot_product_attention(q, self.k_cache[i][:, :, : t + 1], self.v_cache[i][:, :, : t + 1],
                                                   attn_mask=mask)
-            x = x + F.linear(attn.reshape(b, -1), p.o_w, p.o_b)
+            x = x + p.o(attn.reshape(b, -1))[0]
             x = self._mlp(x, p)
         self.t += 1
         self.next_pos = self.next_pos + 1

@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from agentrl.engines.projection import Projection
+
 SAMPLER_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # None: the model's own tensors
 
 
@@ -38,6 +40,8 @@ class CastWeights:
         self.dtype = dtype
         # storage pointer -> (version counter when cast, the copy)
         self._copies: dict[int, tuple[int, Tensor]] = {}
+        # the parts' storage pointers -> (their versions and shapes when cast, the projection)
+        self._projections: dict[tuple[int, ...], tuple[tuple, Projection]] = {}
 
     def __call__(self, t: Tensor | None) -> Tensor | None:
         if t is None or self.dtype is None or t.dtype == self.dtype or not t.is_floating_point():
@@ -51,12 +55,30 @@ class CastWeights:
         self._copies[key] = (t._version, copy)
         return copy
 
+    def projection(self, weights: list[Tensor], biases: list[Tensor | None]) -> Projection:
+        """The parts of one projection as the decoder applies them (``projection.py``): the
+        tensors themselves when no dtype is set; else one matrix in ``dtype`` (packed for
+        oneDNN where it runs), made again when any part was modified in place or replaced."""
+        if self.dtype is None:
+            return Projection.of(weights, biases, None)
+        parts = [t for t in list(weights) + list(biases) if t is not None]
+        key = tuple(t.data_ptr() for t in parts)
+        versions = tuple((t._version, tuple(t.shape)) for t in parts)
+        hit = self._projections.get(key)
+        if hit is not None and hit[0] == versions:
+            return hit[1]
+        proj = Projection.of(weights, biases, self.dtype)
+        self._projections[key] = (versions, proj)
+        return proj
+
     def nbytes(self) -> int:
         """Bytes of the copies held (the run's memory accounting)."""
-        return sum(c.untyped_storage().nbytes() for _, c in self._copies.values())
+        return (sum(c.untyped_storage().nbytes() for _, c in self._copies.values())
+                + sum(p.nbytes() for _, p in self._projections.values()))
 
     def clear(self) -> None:
         self._copies.clear()
+        self._projections.clear()
 
 
 def sampler_dtype(name: str) -> torch.dtype | None:
