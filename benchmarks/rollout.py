@@ -31,6 +31,8 @@ how much of the rollout the engine spent waiting on tools and Python.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import itertools
 import json
 import sys
@@ -45,6 +47,7 @@ from scripted_turns import ScriptedTurnsEngine, TurnScript  # noqa: E402
 
 from agentrl.chat import ChatTemplate  # noqa: E402
 from agentrl.engines.base import SamplingParams  # noqa: E402
+from agentrl.engines.driver import run_hosted  # noqa: E402
 from agentrl.engines.hf import HFEngine  # noqa: E402
 from agentrl.envs.arithmetic import ArithmeticEnv  # noqa: E402
 from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
@@ -85,6 +88,12 @@ class Timing:
     # seconds the engine computed (prefill, sampling, decode steps, the batcher's cache moves):
     # the continuous batcher's busy_s per attempt; the generation calls themselves otherwise
     engine_busy_s: float = 0.0
+    # of engine_busy_s (per attempt only): admissions (prefill + join), the decode steps' forward
+    # passes, and the copies of the running KV cache at joins and compactions
+    admit_s: float = 0.0
+    step_s: float = 0.0
+    copy_s: float = 0.0
+    steps: int = 0  # decode steps the batcher ran (per attempt only)
 
     @property
     def tok_s(self) -> float:
@@ -119,17 +128,24 @@ class PrefillClock:
 
 def run_multi_turn(runner: RolloutRunner, tasks, group: int, seed: int, tool_turns: int) -> Timing:
     stats = runner.engine.batcher_stats
-    busy = stats.busy_s
-    cpu = time.thread_time()
-    batch = runner.run(tasks, group, SYSTEM, seed=seed)
-    cpu = time.thread_time() - cpu
-    busy = stats.busy_s - busy
+    before = dataclasses.replace(stats)
+    async def timed():  # the CPU time of the thread the attempts run on (not the engine's)
+        cpu = time.thread_time()
+        out = await runner.arun(tasks, group, SYSTEM, seed=seed)
+        return out, time.thread_time() - cpu
+
+    # as runner.run: per attempt, this thread serves the engine (engines/driver.py, run_hosted)
+    batch, cpu = run_hosted(timed()) if runner.uses_attempt_loop else asyncio.run(timed())
+    busy = stats.busy_s - before.busy_s
     for t in batch.trajectories:  # the script really drove every attempt through its tool turns
         ok = t.finish_reason == "stop" and len(t.tool_calls) == tool_turns and not any(c.error for c in t.tool_calls)
         assert ok, (t.finish_reason, t.tool_calls)
     s = batch.stats
-    return Timing(s.total_s, s.sampled_tokens, s.generate_s, s.tools_s, loop_cpu_s=cpu,
-                  engine_busy_s=busy if runner.config.loop == "attempt" else s.generate_s)
+    if runner.config.loop != "attempt":
+        return Timing(s.total_s, s.sampled_tokens, s.generate_s, s.tools_s, loop_cpu_s=cpu, engine_busy_s=s.generate_s)
+    return Timing(s.total_s, s.sampled_tokens, s.generate_s, s.tools_s, loop_cpu_s=cpu, engine_busy_s=busy,
+                  admit_s=stats.admit_s - before.admit_s, step_s=stats.step_s - before.step_s,
+                  copy_s=stats.copy_s - before.copy_s, steps=stats.steps - before.steps)
 
 
 def run_single_turn(engine: HFEngine, prompts: list[list[int]], new_tokens: int, seed: int) -> Timing:
@@ -219,8 +235,14 @@ def main() -> None:
         print(f"{name:<12} {t.tokens:>8} {t.seconds:>7.2f} {t.tok_s:>6.0f} {t.generate_s:>11.2f} {t.prefill_s:>11.2f} "
               f"{t.prefill_tokens:>13} {t.tools_s:>8.2f} {t.loop_cpu_s:>10.2f} {t.engine_busy_s:>14.2f} "
               f"{t.seconds / max(t.engine_busy_s, 1e-9):>9.2f}")
+    a = med["attempt"]
+    print(f"per attempt, the engine's busy {a.engine_busy_s:.2f} s: admissions (prefill + join) {a.admit_s:.2f} s, "
+          f"decode steps {a.step_s:.2f} s, the rest (sampling, bookkeeping, compactions) "
+          f"{a.engine_busy_s - a.admit_s - a.step_s:.2f} s; of all of it, KV cache copies {a.copy_s:.2f} s; "
+          f"{a.steps} decode steps, {a.tokens / max(a.steps, 1):.1f} rows a step on average "
+          f"(lock-step: {(args.tool_turns + 1) * args.turn_tokens} steps of {rows} rows)")
     print("(tools s: wall time with a tool call in flight; per attempt it overlaps generation. loop cpu s: CPU "
-          "time of the rollout's thread, which shares the GIL with the engine's driver thread; lock-step "
+          "time of the rollout's thread, which shares the GIL with the thread serving the engine; lock-step "
           "generates on that thread too)")
     goal = 0.7 if args.long_tail else 0.85
     print(f"ratio multi-turn / single-turn tokens/s: per attempt {ratios['attempt']:.2f} (goal >= {goal}), "

@@ -5,6 +5,9 @@ A roofline needs two ceilings, taken here rather than from a datasheet:
 - **compute**: ``torch.matmul`` of [M, K] x [K, N] at the shapes a SmolLM2-135M step runs
   (hidden 576, MLP 1536, vocabulary 49152): decode (M = the rows in flight, 8-48), prefill and
   the update (M = 2048 tokens), on 1 and 2 threads, float32 and bfloat16. GFLOP/s = 2 M K N / s.
+  Two shapes are also timed as ``F.linear`` with an [N, K] weight, as ``nn.Linear`` stores it:
+  on oneDNN that layout is reordered at every call (the bf16 sampler packs it once instead,
+  ``agentrl/engines/projection.py``; the trainer's forward pays it).
 - **memory**: the bandwidth of reading a 512 MB tensor (``sum``) and of copying it
   (``copy_``, read + write), in GB/s; a decode step that reads every weight once is bound by it.
 
@@ -37,6 +40,8 @@ SHAPES = {  # name -> (M, K, N)
     "update 2048 tokens, LM head": (2048, HIDDEN, VOCAB),
 }
 
+LINEAR_LAYOUT = ("decode 48 rows, MLP up", "prefill/update 2048 tokens, MLP up")  # also timed as F.linear
+
 
 def _best_seconds(fn, min_time: float = 0.3, repeats: int = 5) -> float:
     """The fastest of ``repeats`` timings, each over enough calls to last ``min_time``."""
@@ -62,6 +67,14 @@ def _best_seconds(fn, min_time: float = 0.3, repeats: int = 5) -> float:
 def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype) -> float:
     a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
     s = _best_seconds(lambda: torch.matmul(a, b))
+    return 2 * m * k * n / s / 1e9
+
+
+def linear_gflops(m: int, k: int, n: int, dtype: torch.dtype) -> float:
+    """``F.linear`` with the weight as ``nn.Linear`` stores it, [N, K]: the layout the trainer's
+    forward runs (the product reads it transposed; ``matmul_gflops`` reads a [K, N] matrix)."""
+    x, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)
+    s = _best_seconds(lambda: torch.nn.functional.linear(x, w))
     return 2 * m * k * n / s / 1e9
 
 
@@ -107,6 +120,8 @@ def main() -> None:
         for name, (m, k, n) in SHAPES.items():
             for dtype, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
                 row[f"{name} {tag}"] = matmul_gflops(m, k, n, dtype)
+                if name in LINEAR_LAYOUT:
+                    row[f"{name} {tag}, F.linear [N, K] weight"] = linear_gflops(m, k, n, dtype)
         row["read GB/s"], row["copy GB/s"] = bandwidth_gbs()
         out[f"{threads} thread(s)"] = row
     names = list(next(iter(out.values())))

@@ -65,7 +65,9 @@ class ContinuousBatcher:
 
     def __init__(self, engine, stats: BatcherStats):
         self.engine = engine
-        self.decoder = engine.new_decoder()  # its own batch state; the engine's prefix cache
+        # its own batch state over the engine's prefix cache, made by each busy period on the thread
+        # that serves it (making one may run the decoder's probe: torch work, kept off the caller's loop)
+        self.decoder = None
         self.stats = stats  # the engine's counters
         self.rows: list[_Request] = []  # the decoder's batch rows, in order (driver thread only)
         self.logits: Tensor | None = None  # (len(rows), V): next-token logits of every row
@@ -94,10 +96,13 @@ class ContinuousBatcher:
             # Eval mode, threads and the prefix cache check once per busy period.
             with self.engine.sampling_mode():
                 while (self.rows or self.driver.queued) and not self.driver.closing:
-                    start = time.perf_counter()
+                    start, copied = time.perf_counter(), getattr(self.decoder, "copy_s", 0.0)
                     with torch.inference_mode():
                         self._admit()
+                        admitted = time.perf_counter()
                         self._step()
+                    self.stats.admit_s += admitted - start
+                    self.stats.copy_s += getattr(self.decoder, "copy_s", 0.0) - copied
                     self.stats.busy_s += time.perf_counter() - start
         finally:
             self.logits = None
@@ -174,7 +179,9 @@ class ContinuousBatcher:
             return
         if sum(1 for r in self.rows if r.finish) >= 0.25 * len(self.rows):
             tokens = tokens[self._compact()]
+        start = time.perf_counter()
         self.logits = self.decoder.step(tokens)
+        self.stats.step_s += time.perf_counter() - start
 
     def _finish_rows(self, live: list[int]) -> None:
         decoder = self.decoder

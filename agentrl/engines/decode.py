@@ -19,6 +19,7 @@ conversation every turn). ``StockDecoder`` does not cache.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +85,7 @@ class FastDecoder:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
         self.computed_tokens = 0  # prompt tokens the last prefill ran through the model
+        self.copy_s = 0.0  # seconds spent copying the running cache (join, keep)
         self.release()
 
     @staticmethod
@@ -274,7 +276,10 @@ class FastDecoder:
         b, t = tokens.shape[0], self.t
         rep = self.n_heads // self.n_kv
         cos, sin = self.cos[self.next_pos][:, None, None], self.sin[self.next_pos][:, None, None]
-        mask = self.key_ok[:, None, None, : t + 1]
+        # additive, made once a step: SDPA would convert a boolean mask in every layer (the same
+        # -inf entries; the outputs are bit-identical)
+        mask = torch.zeros(b, 1, 1, t + 1, dtype=self.k_all.dtype, device=tokens.device).masked_fill_(
+            ~self.key_ok[:, None, None, : t + 1], float("-inf"))
         x = F.embedding(tokens, self.cast(self.model.model.embed_tokens.weight))
         for i, p in enumerate(self.layers):
             q, k, v = p.qkv(_rms_norm(x, p.ln1, self.eps))
@@ -296,9 +301,11 @@ class FastDecoder:
     def keep(self, rows: Tensor) -> None:
         """Drop finished rows: keep only ``rows`` (indices into the current batch). Slots left
         of every kept row's first token go too (rows that joined late sit right of them)."""
+        began = time.perf_counter()
         starts = [self.start[j] for j in rows.tolist()]
         lo = min(starts, default=0)
         self.k_all, self.v_all = self.k_all[:, rows, :, lo:], self.v_all[:, rows, :, lo:]
+        self.copy_s += time.perf_counter() - began
         self.k_cache, self.v_cache = list(self.k_all.unbind(0)), list(self.v_all.unbind(0))
         self.key_ok = self.key_ok[rows, lo:]
         self.next_pos = self.next_pos[rows]
@@ -320,6 +327,7 @@ class FastDecoder:
         old = (self.k_all, self.v_all, self.key_ok, self.next_pos, self.start, self.t)
         logits = self.prefill(prompts, max_new_tokens)
         new = (self.k_all, self.v_all, self.key_ok, self.next_pos, self.start, self.t)
+        began = time.perf_counter()
         t = max(old[5], new[5])
         room = max(old[0].shape[3] - old[5], new[0].shape[3] - new[5])  # slots the rows may still write
         n_old, n_new = old[0].shape[1], new[0].shape[1]
@@ -342,6 +350,7 @@ class FastDecoder:
         self.next_pos = torch.cat([old[3], new[3]])
         self.start, self.t = starts, t
         self.cos, self.sin = self._rope_tables(t + room, self.k_all.device, self.k_all.dtype)
+        self.copy_s += time.perf_counter() - began
         return logits
 
     def release(self) -> None:

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, replace
 
 from agentrl.chat import ChatTemplate
+from agentrl.engines.driver import run_hosted
 from agentrl.rollout.base import RolloutBatch, RolloutConfig, RolloutStats
 from agentrl.serve.protocol import parse_messages, RequestError
 from agentrl.serve.server import EndpointServer
@@ -115,7 +116,8 @@ class AgentRunner:
             seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
         """``num_samples`` attempts of every task; trajectories task-major (an attempt's
         segments adjacent, in order). ``system_prompt`` is unused: the agent writes its own."""
-        return asyncio.run(self.arun(tasks, num_samples, system_prompt, seed, group_prefix))
+        # the engine's batcher is served by this thread meanwhile (one OpenMP pool: driver.py)
+        return run_hosted(self.arun(tasks, num_samples, system_prompt, seed, group_prefix))
 
     async def arun(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
                    seed: int | None = None, group_prefix: str = "") -> RolloutBatch:

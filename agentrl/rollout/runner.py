@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from agentrl.chat import ChatTemplate, Segment, encode_literal
 from agentrl.chat.formats.base import MidTurnState
 from agentrl.engines.base import Engine, Generation, SamplingParams, attempt_seed
+from agentrl.engines.driver import run_hosted
 from agentrl.rollout.base import DEFAULT_ANSWER_PATTERN, RolloutBatch, RolloutConfig, RolloutStats
 from agentrl.rollout.compaction import CompactionState, Compactor, finish_segments
 from agentrl.toolbox import ToolBox, ToolContext, ToolResult
@@ -117,7 +118,14 @@ class RolloutRunner:
     def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
             seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
         """Sample ``num_samples`` attempts of every task; returns them task-major."""
-        return asyncio.run(self.arun(tasks, num_samples, system_prompt, seed, group_prefix))
+        coro = self.arun(tasks, num_samples, system_prompt, seed, group_prefix)
+        try:
+            per_attempt = self.uses_attempt_loop
+        except ValueError:
+            per_attempt = False  # arun raises it
+        # per attempt, this thread serves the engine's batcher meanwhile (one OpenMP pool, not two:
+        # engines/driver.py); lock-step generates on the loop's own thread, which is this one
+        return run_hosted(coro) if per_attempt else asyncio.run(coro)
 
     async def arun(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
                    seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
