@@ -1,6 +1,6 @@
 """Continuous batching on the in-process vLLM engine: ``VLLMEngine.agenerate``.
 
-A driver thread (``driver.py``) feeds vLLM's own scheduler step by step: it adds every queued
+A driver thread (``driver.py``; during ``run_hosted``, the thread that called it) feeds vLLM's own scheduler step by step: it adds every queued
 request to ``llm.llm_engine`` (``add_request``: token ids, per-request ``SamplingParams`` with
 the request's seed), calls ``step()``, and resolves each request as vLLM reports it finished.
 A request queued while others run joins at the next step; vLLM's scheduler batches and
@@ -51,6 +51,8 @@ class VLLMStepper:
         # vLLM's CPU attention plans its work for the thread count the engine was built with;
         # OpenMP keeps that count per thread, so this thread sets it too (through torch._C:
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op after binding threads).
+        # On a hosting thread (run_hosted: the trainer's own) its count comes back afterwards.
+        threads = torch.get_num_threads()
         torch._C.set_num_threads(self.engine.num_threads)
         with self.engine.lock:
             self.engine.wake_up()
@@ -83,6 +85,7 @@ class VLLMStepper:
             finally:
                 if self.running:  # an error: drop what vLLM still holds for us
                     llm_engine.abort_request(list(self.running))
+                torch._C.set_num_threads(threads)
 
     def _drain(self) -> list[_Request]:
         """After a failed busy period: the requests it held (failed by the driver), forgotten."""
