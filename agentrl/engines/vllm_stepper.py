@@ -1,8 +1,9 @@
 """Continuous batching on the in-process vLLM engine: ``VLLMEngine.agenerate``.
 
 A driver thread (``driver.py``; during ``run_hosted``, the thread that called it) feeds vLLM's
-own scheduler step by step: it adds every queued request to ``llm.llm_engine`` (``add_request``: token ids, per-request ``SamplingParams`` with
-the request's seed), calls ``step()``, and resolves each request as vLLM reports it finished.
+own scheduler step by step: it adds every queued request to ``llm.llm_engine``
+(``add_request``: token ids, per-request ``SamplingParams`` with the request's seed), calls
+``step()``, and resolves each request as vLLM reports it finished.
 A request queued while others run joins at the next step; vLLM's scheduler batches and
 prefix-caches them as it does inside ``LLM.generate``. A request whose caller gave up is
 aborted (``abort_request``), freeing its KV blocks.
