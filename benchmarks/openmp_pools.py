@@ -17,28 +17,17 @@ import argparse
 import subprocess
 import sys
 import threading
-import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from roofline import decode_ms  # noqa: E402
 
-def step_ms(model, rows: int, steps: int = 30) -> float:
-    """Median ms of one FastDecoder step over a 150-token context, on the calling thread."""
-    from agentrl.engines.decode import FastDecoder
-    from agentrl.engines.sampler_dtype import CastWeights
 
-    dec = FastDecoder(model, None, CastWeights(torch.bfloat16))
-    prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(150)] for r in range(rows)]
-    times = []
-    with torch.inference_mode():
-        dec.prefill(prompts, steps + 2)
-        tok = torch.full((rows,), 42)
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            dec.step(tok)
-            times.append(time.perf_counter() - t0)
-    dec.release()
-    return 1000 * sorted(times)[len(times) // 2]
+def step_ms(model, rows: int) -> float:
+    """Median ms of one bf16-sampler decode step over a 200-token context, on the calling thread."""
+    return decode_ms(model, rows, torch.bfloat16, steps=30)
 
 
 def on_thread(fn, *args) -> float:

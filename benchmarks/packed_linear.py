@@ -14,10 +14,14 @@ checks the two give the same bits.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from roofline import _best_seconds  # noqa: E402
 
 SHAPES = {  # name -> (K, N, matrices a step)
     "q/k/v fused, 576 -> 960": (576, 960, 30),
@@ -26,16 +30,6 @@ SHAPES = {  # name -> (K, N, matrices a step)
     "down, 1536 -> 576": (1536, 576, 30),
     "LM head, 576 -> 49152": (576, 49152, 1),
 }
-
-
-def _median_ms(fn, repeats: int = 30) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -54,8 +48,9 @@ def main() -> None:
         packed = [torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT) for w in weights]
         for rows in (1, 8, 48):
             x = torch.randn(rows, k).bfloat16()
-            plain = _median_ms(lambda: [F.linear(x, w) for w in weights])
-            fast = _median_ms(lambda: [torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "") for p in packed])
+            plain = 1000 * _best_seconds(lambda: [F.linear(x, w) for w in weights])
+            fast = 1000 * _best_seconds(
+                lambda: [torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "") for p in packed])
             same = torch.equal(torch.ops.mkldnn._linear_pointwise(x, packed[0], None, "none", [], ""),
                                F.linear(x, weights[0]))
             gbs = count * n * k * 2 / fast / 1e6
