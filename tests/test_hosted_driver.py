@@ -74,8 +74,10 @@ def test_a_per_attempt_rollout_decodes_on_the_calling_thread(engine, monkeypatch
 def test_a_driver_thread_left_from_before_hands_its_work_to_the_host(engine, monkeypatch):
     """A driver thread still waiting out its idle period when hosting starts exits instead of
     serving (its OpenMP pool would be the second); requests reach the host."""
-    asyncio.run(engine.agenerate([5, 6, 7], SamplingParams(max_new_tokens=3, seed=1)))  # leaves an idle thread
+    asyncio.run(engine.agenerate([5, 6, 7], SamplingParams(max_new_tokens=3, seed=1)))
     driver = engine._batcher.driver
+    monkeypatch.setattr(driver, "idle_exit_s", 60.0)  # so that the thread is surely still idling below
+    asyncio.run(engine.agenerate([5, 6, 7], SamplingParams(max_new_tokens=3, seed=1)))  # leaves an idle thread
     assert driver._thread is not None and driver._thread.name == "agentrl-batcher"
     seen = _stepping_threads(monkeypatch)
 
@@ -124,8 +126,10 @@ def test_ctrl_c_stops_the_rollout_and_propagates(engine, while_):
     import _thread
 
     state = {"unwound": False}
+    entered = threading.Event()
 
     async def long():
+        entered.set()
         try:
             if while_ == "waiting":
                 await asyncio.sleep(600)
@@ -137,6 +141,7 @@ def test_ctrl_c_stops_the_rollout_and_propagates(engine, while_):
     start = engine.batcher_stats.steps
 
     def interrupt():
+        entered.wait(60)  # the rollout is running under run_hosted
         deadline = time.monotonic() + 60
         while while_ == "serving" and engine.batcher_stats.steps < start + 5 and time.monotonic() < deadline:
             time.sleep(0.005)

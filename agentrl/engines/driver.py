@@ -111,7 +111,12 @@ class DriverThread:
 
     @property
     def queued(self) -> bool:
-        return bool(self._queue)
+        return bool(self._queue) and not self._yielding()
+
+    def _yielding(self) -> bool:
+        """A host serves from now on: this driver's own thread finishes its rows but takes no
+        new request, then exits and hands the queue over (``_run``)."""
+        return _host is not None and threading.current_thread().name == self.name
 
     def pending(self) -> Pending:
         """A ``Pending`` on the calling coroutine's loop."""
@@ -165,7 +170,10 @@ class DriverThread:
                 self._thread = None
 
     def take(self) -> list:
-        """Everything queued (requests whose caller gave up are dropped)."""
+        """Everything queued (requests whose caller gave up are dropped); nothing for a driver
+        thread that yields to a host."""
+        if self._yielding():
+            return []
         with self._cond:
             out, self._queue = [r for r in self._queue if not r.pending.cancelled], []
         return out
@@ -276,7 +284,10 @@ def run_hosted(coro):
                 interrupted = err
                 started.wait()
                 if "task" in outcome:
-                    outcome["loop"].call_soon_threadsafe(outcome["task"].cancel)
+                    try:
+                        outcome["loop"].call_soon_threadsafe(outcome["task"].cancel)
+                    except RuntimeError:  # its loop has closed: the coroutine ended already
+                        pass
     finally:
         with _host_lock:
             _host = None
