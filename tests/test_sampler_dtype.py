@@ -207,3 +207,18 @@ def test_the_packed_product_is_bit_identical_to_f_linear():
             want = torch.nn.functional.linear(x, w.bfloat16(), None if bias is None else bias.bfloat16())
             assert torch.equal(torch.cat(proj(x), dim=-1), want)
     assert proj.nbytes() == 96 * 64 * 2 + 96 * 2
+
+
+def test_a_part_without_a_bias_among_biased_parts_gets_zeros():
+    """Fused q/k/v where only some parts have a bias: the missing one adds exact zeros, so each
+    output is the bf16 product of its own part with its own bias (or none)."""
+    gen = torch.Generator().manual_seed(2)
+    ws = [torch.randn(n, 8, generator=gen) for n in (4, 2)]
+    bias = torch.randn(4, generator=gen)
+    proj = Projection.of(ws, [bias, None], torch.bfloat16)
+    assert len(proj.weights) == 1 and proj.biases[0].shape == (6,)
+    x = torch.randn(3, 8, generator=gen).bfloat16()
+    full = torch.nn.functional.linear(x, torch.cat(ws).bfloat16(), torch.cat([bias, torch.zeros(2)]).bfloat16())
+    assert torch.equal(torch.cat(proj(x), dim=-1), full)
+    alone = torch.nn.functional.linear(x, ws[1].bfloat16())  # the same sums, maybe in another order
+    assert torch.allclose(proj(x)[1].float(), alone.float(), atol=0.05, rtol=0.01)

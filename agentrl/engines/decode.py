@@ -159,6 +159,7 @@ class FastDecoder:
         embed = self.cast(self.model.model.embed_tokens.weight)
         dev, dtype = embed.device, embed.dtype
         self.layers = self._layers()
+        self.head = self.cast.projection([self.model.lm_head.weight], [self.model.lm_head.bias])
         plan = PrefillPlan.build(prompts, self.prefix_cache, dev)
         u, n_rows, width, window = len(plan.texts), len(prompts), plan.width, plan.window
         lo = width - window  # first slot that runs through the model
@@ -267,8 +268,7 @@ class FastDecoder:
 
     def _logits(self, x: Tensor) -> Tensor:
         h = _rms_norm(x, self.cast(self.model.model.norm.weight), self.eps)
-        head = self.model.lm_head
-        return self.cast.projection([head.weight], [head.bias])(h)[0].float()
+        return self.head(h)[0].float()
 
     @torch.inference_mode()
     def step(self, tokens: Tensor) -> Tensor:
@@ -358,6 +358,7 @@ class FastDecoder:
         prefix cache keeps what ``remember`` stored."""
         self.k_cache = self.v_cache = []
         self.layers = []
+        self.head = None
         self.start = []
         self.k_all = self.v_all = self.key_ok = self.next_pos = self.cos = self.sin = None
 

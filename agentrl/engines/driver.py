@@ -190,7 +190,7 @@ class DriverThread:
             thread.join(timeout)
 
     def _run(self) -> None:
-        handover = None
+        handover, failed = None, []
         while True:
             with self._cond:
                 ready = self._cond.wait_for(lambda: self._queue or self.closing or _host is not None,
@@ -199,7 +199,8 @@ class DriverThread:
                     # a host serving from now on takes the queue (this thread's OpenMP pool ends with it)
                     self._thread = None
                     handover = _host if not self.closing and self._queue else None
-                    failed, self._queue = ([], self._queue) if handover is not None else (self._queue, [])
+                    if handover is None:
+                        failed, self._queue = self._queue, []
                     break
             self._busy_period()
         if handover is not None:

@@ -9,7 +9,7 @@ weight version into oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_
 ``F.linear`` on a plain bfloat16 matrix reorders it into that layout at every call, which on a
 decode step costs more than the product. The packed product is bit-identical to ``F.linear``
 on the same matrix (checked by ``packing_works`` before it is used, and in the tests); on
-SmolLM2's decode shapes it is 1.4-2.6x faster (benchmarks/README.md, the roofline on Intel AMX).
+SmolLM2's decode shapes it is 1.2-2.4x faster (benchmarks/README.md, the roofline on Intel AMX).
 
 >>> import torch
 >>> w = torch.randn(4, 3)
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# the batch size oneDNN picks the packed layout for: a decode step's rows (it serves any M; the
-# prefill's thousands of tokens ran as fast with it as with their own hint, benchmarks/README.md)
+# the batch size oneDNN picks the packed layout for: a decode step's rows (it serves any M; hints
+# of 64 to 4096 timed the same on SmolLM2's gate/up matrix at 48 and at 1,600 rows)
 PACK_ROWS_HINT = 64
 
 
@@ -68,17 +68,15 @@ class Projection:
     @classmethod
     def of(cls, weights: list[Tensor], biases: list[Tensor | None], dtype: torch.dtype | None) -> "Projection":
         """The parts as they are (``dtype`` None), else one matrix in ``dtype``, packed where
-        ``packing_works``. A fused bias needs every part to have one (else they stay apart)."""
+        ``packing_works``; a part without a bias among parts with one gets zeros (adding 0 is exact)."""
         sizes = [w.shape[0] for w in weights]
         if dtype is None:
             return cls(list(weights), list(biases), sizes)
-        has_bias = [b is not None for b in biases]
-        if any(has_bias) and not all(has_bias):
-            return cls([w.detach().to(dtype) for w in weights],
-                       [None if b is None else b.detach().to(dtype) for b in biases], sizes)
         with torch.no_grad():
             w = torch.cat([w.detach().to(dtype) for w in weights])
-            b = torch.cat([b.detach().to(dtype) for b in biases]) if all(has_bias) else None
+            b = None if all(b is None for b in biases) else torch.cat(
+                [w_.new_zeros(w_.shape[0], dtype=dtype) if b is None else b.detach().to(dtype)
+                 for w_, b in zip(weights, biases)])
         if w.device.type == "cpu" and packing_works(dtype):
             return cls([torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS_HINT)], [b], sizes, packed=True)
         return cls([w], [b], sizes)

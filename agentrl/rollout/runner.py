@@ -118,11 +118,8 @@ class RolloutRunner:
     def run(self, tasks: list[Task], num_samples: int, system_prompt: str | None = None,
             seed: int | None = None, group_prefix: str = "") -> RolloutBatch:
         """Sample ``num_samples`` attempts of every task; returns them task-major."""
+        per_attempt = self.uses_attempt_loop  # its ValueError (loop='attempt' on an engine that cannot)
         coro = self.arun(tasks, num_samples, system_prompt, seed, group_prefix)
-        try:
-            per_attempt = self.uses_attempt_loop
-        except ValueError:
-            per_attempt = False  # arun raises it
         # per attempt, this thread serves the engine's batcher meanwhile (one OpenMP pool, not two:
         # engines/driver.py); lock-step generates on the loop's own thread, which is this one
         return run_hosted(coro) if per_attempt else asyncio.run(coro)
